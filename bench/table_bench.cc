@@ -1,0 +1,88 @@
+// Micro-benchmarks of SparseTable Pull and Push on warm rows (every key
+// already present), the steady state of training. Keys are random 64-bit ids,
+// as produced by feature hashing.
+//
+//   table_bench --benchmark_format=json
+//
+// Arguments: {keys per request, dim}. items/s counts keys.
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "hetps/config.h"
+#include "table/optimizer.h"
+#include "table/sparse_table.h"
+
+namespace hetps {
+namespace {
+
+struct Fixture {
+  std::unique_ptr<SparseTable> table;
+  std::vector<uint64_t> keys;
+  std::vector<float> values;  // pull output or push gradients
+};
+
+Fixture MakeWarmTable(const std::string& optimizer, size_t count,
+                      uint64_t dim) {
+  TableConfig config;
+  config.name = "bench";
+  config.dim = dim;
+  config.optimizer.type = optimizer;
+  config.optimizer.learning_rate = 0.01f;
+  config.init.type = "uniform";
+  Fixture f;
+  f.table = std::make_unique<SparseTable>(
+      config, std::move(*Optimizer::Create(config.optimizer)),
+      ServerOptions{}.table_stripes);
+  std::mt19937_64 rng(42);
+  f.keys.resize(count);
+  for (auto& k : f.keys) k = rng();
+  f.values.assign(count * dim, 0.001f);
+  std::vector<float> out(count * dim);
+  f.table->Pull(f.keys, out);  // creates every row
+  return f;
+}
+
+void BM_Pull(benchmark::State& state) {
+  const size_t count = static_cast<size_t>(state.range(0));
+  const uint64_t dim = static_cast<uint64_t>(state.range(1));
+  Fixture f = MakeWarmTable("sgd", count, dim);
+  for (auto _ : state) {
+    f.table->Pull(f.keys, f.values);
+    benchmark::DoNotOptimize(f.values.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(count));
+}
+
+void BM_Push(benchmark::State& state, const char* optimizer) {
+  const size_t count = static_cast<size_t>(state.range(0));
+  const uint64_t dim = static_cast<uint64_t>(state.range(1));
+  Fixture f = MakeWarmTable(optimizer, count, dim);
+  for (auto _ : state) {
+    f.table->Push(f.keys, f.values);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(count));
+}
+
+void Sizes(benchmark::internal::Benchmark* b) {
+  for (int64_t count : {10'000, 100'000, 1'000'000}) {
+    for (int64_t dim : {1, 16}) b->Args({count, dim});
+  }
+  b->ArgNames({"keys", "dim"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+BENCHMARK(BM_Pull)->Apply(Sizes);
+BENCHMARK_CAPTURE(BM_Push, sgd, "sgd")->Apply(Sizes);
+BENCHMARK_CAPTURE(BM_Push, adagrad, "adagrad")->Apply(Sizes);
+
+}  // namespace
+}  // namespace hetps
+
+BENCHMARK_MAIN();

@@ -1,0 +1,135 @@
+// JobConfig: everything one hetps job needs, parsed once from YAML, flags and
+// the Paddle-style environment variables by the CLI, validated once, and then
+// passed down by const reference. Nothing below the CLI reads the environment.
+//
+// Every field has its default here; docs/CONFIG.md lists them with the YAML
+// names (which are the field names below, nested as in the structs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace hetps {
+
+enum class ConsistencyMode { kSync, kAsync, kSemiAsync };
+
+const char* ConsistencyModeName(ConsistencyMode mode);
+absl::StatusOr<ConsistencyMode> ParseConsistencyMode(const std::string& name);
+
+// Server-side update rule of a table. Fields not used by `type` are ignored.
+struct OptimizerConfig {
+  std::string type = "adagrad";  // sgd | adagrad | adam | ftrl
+  float learning_rate = 0.05f;
+  // adagrad: accumulator starts here; epsilon keeps the division finite.
+  float initial_accumulator = 0.0f;
+  float epsilon = 1e-8f;
+  // adam
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  // ftrl (FTRL-proximal; learning_rate is alpha)
+  float ftrl_beta = 1.0f;
+  float l1 = 0.0f;
+  float l2 = 0.0f;
+};
+
+// How rows (sparse) or the array (dense) start. Values depend only on
+// (seed, key, column), never on arrival order or placement.
+struct InitializerConfig {
+  std::string type = "uniform";  // zero | uniform | normal
+  float scale = 0.01f;           // uniform: [-scale, scale]; normal: stddev
+  uint64_t seed = 2026;
+};
+
+enum class TableKind { kSparse, kDense };
+
+struct TableConfig {
+  std::string name;
+  TableKind kind = TableKind::kSparse;
+  // Sparse: floats per row. Dense: total floats (split across servers).
+  uint64_t dim = 1;
+  OptimizerConfig optimizer;
+  InitializerConfig init;
+};
+
+struct ClusterConfig {
+  // Local launch: how many processes of each role to start on `host`.
+  int servers = 2;
+  int workers = 3;
+  std::string host = "127.0.0.1";
+  // Multi-host runs: explicit endpoints ("host:port"). When set they win over
+  // the counts. ps_endpoints[0] hosts the coordinator.
+  std::vector<std::string> ps_endpoints;
+  std::vector<std::string> worker_endpoints;
+};
+
+struct ServerOptions {
+  uint32_t num_buckets = 4096;               // ShardMap buckets
+  uint64_t max_keys_per_request = 1u << 24;  // larger → RESOURCE_EXHAUSTED
+  uint64_t max_message_bytes = 512ull << 20;
+  double sync_wait_timeout_s = 300;  // a pull waiting on a round gives up
+  double heartbeat_timeout_s = 10;   // a worker silent this long leaves
+  int table_stripes = 64;            // lock stripes per sparse table
+};
+
+struct ClientOptions {
+  double connect_deadline_s = 30;  // give up on an unreachable server
+  double rpc_timeout_s = 600;      // per call (sync pulls may wait)
+  double initial_backoff_s = 0.05;
+  double max_backoff_s = 1.0;
+  double heartbeat_interval_s = 1.0;
+};
+
+// Synthetic logistic-regression data used until the data readers land.
+struct SyntheticDataConfig {
+  uint64_t train_samples = 40000;
+  uint64_t test_samples = 5000;
+  int fields = 8;                // categorical fields per sample
+  uint64_t ids_per_field = 1000;  // distinct ids in each field
+  uint64_t seed = 7;
+};
+
+struct TrainConfig {
+  std::string model = "lr";
+  int epochs = 2;
+  int batch_size = 256;
+  OptimizerConfig optimizer;
+  InitializerConfig init;
+  SyntheticDataConfig data;
+};
+
+struct JobConfig {
+  std::string name = "hetps-job";
+  ClusterConfig cluster;
+  ConsistencyMode mode = ConsistencyMode::kSync;
+  int window = 0;  // semi_async; 0 = choose from throughputs
+  // Tables of the job. When empty, the model's tables are used.
+  std::vector<TableConfig> tables;
+  ServerOptions server;
+  ClientOptions client;
+  TrainConfig train;
+  std::string log_level = "info";
+
+  int num_servers() const;
+  int num_workers() const;
+};
+
+// Checks every field; the error names the field ("cluster.workers: must be
+// >= 1, got 0"). Fills derived values (tables from the model).
+absl::Status ValidateJobConfig(JobConfig& config);
+
+// Parses a YAML document. Unknown fields are errors naming the field path.
+absl::StatusOr<JobConfig> ParseJobConfigYaml(const std::string& yaml_text);
+absl::StatusOr<JobConfig> LoadJobConfigFile(const std::string& path);
+
+// Applies one "path=value" override (e.g. "train.epochs=3", "mode=async"),
+// as given by the CLI's --set flag.
+absl::Status ApplyOverride(JobConfig& config, const std::string& assignment);
+
+// "host:port" with a non-empty host and a port in 1..65535.
+absl::Status ValidateEndpoint(const std::string& endpoint);
+
+}  // namespace hetps

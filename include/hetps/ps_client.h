@@ -1,0 +1,88 @@
+// PsClient: a worker's connection to every parameter server of a job.
+//
+// It routes keys to servers through the job's ShardMap, talks to all servers
+// of a request in parallel, and retries calls that fail with UNAVAILABLE
+// (server not up yet, restarting, connection dropped) with exponential
+// back-off until `connect_deadline_s` has passed since the failures began;
+// then it fails with UNAVAILABLE naming the endpoint. Any other error is
+// returned at once with the server's code and message.
+//
+// One PsClient stands for one worker: its pushes carry the worker id and a
+// clock (pushes made so far) that the servers use for consistency and to drop
+// retried duplicates. Calls from several threads are safe, but pushes are
+// meant to come from one training loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hetps/config.h"
+
+namespace hetps {
+
+struct PsClientOptions {
+  std::vector<std::string> endpoints;  // server rank i at endpoints[i]
+  uint32_t worker_id = 0;
+  ClientOptions rpc;
+  uint64_t max_message_bytes = 512ull << 20;
+  // Sync mode needs every server to see every push (rounds close per
+  // server); in async mode servers without keys in a push are skipped.
+  bool push_to_all_servers = true;
+};
+
+// Whether the caller promises that a key list has no duplicates.
+enum class KeySet { kMayRepeat, kUnique };
+
+struct TableGrad {
+  std::string table;
+  std::span<const uint64_t> keys;  // sparse rows; empty for a dense table
+  std::span<const float> values;   // keys.size() * dim, or the dense size
+};
+
+class PsClient {
+ public:
+  // Connects to every server, waiting for those not up yet (see above), and
+  // reads their table schemas and shard map. Fails with UNAVAILABLE naming
+  // the first endpoint that stayed unreachable, or FAILED_PRECONDITION when
+  // servers disagree about the shard map.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
+      const PsClientOptions& options);
+  ~PsClient();
+
+  // Row width of a sparse table / size of a dense table; NOT_FOUND if the
+  // servers have no such table.
+  absl::StatusOr<uint64_t> TableDim(const std::string& table) const;
+
+  // Fills `out` (keys.size() * dim floats) with the rows of `keys`; rows are
+  // created on first touch. Duplicates are fetched once unless the caller
+  // says the keys are unique (skipping the dedup pass).
+  absl::Status PullSparse(const std::string& table,
+                          std::span<const uint64_t> keys, std::span<float> out,
+                          KeySet key_set = KeySet::kMayRepeat);
+
+  // Fills `out` with the whole dense table (assembled from every server).
+  absl::Status PullDense(const std::string& table, std::span<float> out);
+
+  // Pushes one step's gradients (any mix of tables) computed on
+  // `batch_size` samples, then advances the clock. Duplicate sparse keys are
+  // summed into one row unless `key_set` says they are unique.
+  absl::Status Push(std::span<const TableGrad> grads, uint32_t batch_size,
+                    KeySet key_set = KeySet::kMayRepeat);
+
+  // Pushes made so far.
+  uint64_t clock() const;
+
+  const std::vector<std::string>& endpoints() const;
+
+ private:
+  struct Impl;
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hetps

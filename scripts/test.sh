@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, runs every CTest
+# test, then builds again with AddressSanitizer + UBSan and runs them again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+scripts/build.sh build
+(cd build && ctest --output-on-failure --timeout 600)
+scripts/build.sh build-asan -DHETPS_SANITIZE=ON -DHETPS_BUILD_BENCH=OFF
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-asan && ctest --output-on-failure --timeout 900)

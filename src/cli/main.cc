@@ -1,0 +1,146 @@
+// hetps: one binary for every role of a job.
+//
+//   hetps launch CONFIG          a whole local cluster (servers, then workers)
+//   hetps server --config C --rank R    one server (multi-host runs)
+//   hetps worker --config C --rank R    one worker
+//   hetps status --coordinator HOST:PORT [--json]
+//
+// Exit codes: 0 done, 1 a role failed, 2 configuration error, 130 Ctrl-C.
+#include <malloc.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "cli/roles.h"
+#include "common/logging.h"
+#include "config/environment.h"
+#include "hetps/config.h"
+#include "hetps/version.h"
+
+namespace {
+
+// Large tensors are allocated and freed on every call; glibc would give each
+// freed buffer back to the OS and fault it in again on the next request
+// (measured: 2x slower at 1M keys, docs/BENCHMARKS.md).
+void TuneMalloc() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+std::string SelfPath(const char* argv0) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return argv0;
+  buf[n] = '\0';
+  return buf;
+}
+
+int ConfigError(const std::string& message) {
+  std::fprintf(stderr, "hetps: configuration error: %s\n", message.c_str());
+  return hetps::kExitConfigError;
+}
+
+// File, then --set overrides, then (for single roles) the Paddle-style
+// environment; validated once.
+absl::StatusOr<hetps::JobConfig> BuildConfig(
+    const std::string& path, const std::vector<std::string>& overrides) {
+  hetps::JobConfig config;
+  if (!path.empty()) {
+    auto loaded = hetps::LoadJobConfigFile(path);
+    if (!loaded.ok()) return loaded.status();
+    config = *std::move(loaded);
+  }
+  for (const std::string& o : overrides) {
+    if (auto s = hetps::ApplyOverride(config, o); !s.ok()) return s;
+  }
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TuneMalloc();
+  CLI::App app{"hetps: a parameter server for heterogeneous clusters"};
+  app.set_version_flag("--version", hetps::kVersionString);
+  app.require_subcommand(1);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string summary_json;
+  int rank = -1;
+  std::string coordinator;
+  bool json = false;
+
+  auto* launch = app.add_subcommand("launch", "run a local cluster");
+  launch->add_option("config", config_path, "job YAML")->required();
+  launch->add_option("--set", overrides, "override a field: path=value");
+  launch->add_option("--summary-json", summary_json,
+                     "write the final summary as JSON here");
+
+  auto* server = app.add_subcommand("server", "run one server");
+  auto* worker = app.add_subcommand("worker", "run one worker");
+  for (CLI::App* role : {server, worker}) {
+    role->add_option("--config", config_path, "job YAML");
+    role->add_option("--set", overrides, "override a field: path=value");
+    role->add_option("--rank", rank,
+                     "rank of this role (else from the environment)");
+  }
+
+  auto* status = app.add_subcommand("status", "show a running job");
+  status->add_option("--coordinator", coordinator,
+                     "host:port of server 0")->required();
+  status->add_flag("--json", json, "print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : hetps::kExitConfigError;
+  }
+
+  if (*status) return hetps::RunStatus(coordinator, json);
+
+  auto config = BuildConfig(config_path, overrides);
+  if (!config.ok()) return ConfigError(std::string(config.status().message()));
+
+  if (*launch) {
+    if (auto s = hetps::ValidateJobConfig(*config); !s.ok()) {
+      return ConfigError(std::string(s.message()));
+    }
+    hetps::SetupLogging(config->log_level, "launch");
+    hetps::LaunchOptions options;
+    options.self_path = SelfPath(argv[0]);
+    options.config_path = config_path;
+    options.overrides = overrides;
+    options.summary_json = summary_json;
+    return hetps::RunLaunch(*std::move(config), options);
+  }
+
+  // A single role: the environment may name endpoints, role and rank.
+  auto assigned = hetps::ApplyPaddleEnvironment(*config, std::getenv);
+  if (!assigned.ok()) return ConfigError(std::string(assigned.status().message()));
+  if (rank < 0) rank = assigned->rank;
+  if (auto s = hetps::ValidateJobConfig(*config); !s.ok()) {
+    return ConfigError(std::string(s.message()));
+  }
+  const bool is_server = server->parsed();
+  const int count = is_server ? config->num_servers() : config->num_workers();
+  if (rank < 0 || rank >= count) {
+    return ConfigError("--rank: " + std::to_string(rank) + " is not in [0, " +
+                       std::to_string(count) + ")");
+  }
+  if (config->cluster.ps_endpoints.empty()) {
+    return ConfigError(
+        "cluster.ps_endpoints: a single role needs the server endpoints "
+        "(config, --set, or PADDLE_PSERVERS_IP_PORT_LIST)");
+  }
+  hetps::SetupLogging(config->log_level, (is_server ? "server " : "worker ") +
+                                             std::to_string(rank));
+  return is_server ? hetps::RunServerRole(*config, rank)
+                   : hetps::RunWorkerRole(*config, rank);
+}

@@ -1,0 +1,42 @@
+// The `hetps` subcommands. Each takes a validated JobConfig (the CLI turned
+// file, --set flags and environment into it) and returns the process exit
+// code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hetps/config.h"
+
+namespace hetps {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitConfigError = 2;
+inline constexpr int kExitInterrupted = 130;
+
+// Printed by a server on stdout once it accepts calls.
+inline constexpr const char* kListeningPrefix = "HETPS_LISTENING ";
+
+// Serves rank `rank` until SIGINT/SIGTERM, then shuts down gracefully.
+int RunServerRole(const JobConfig& config, int rank);
+
+// Trains as worker `rank`; prints its report line on stdout.
+int RunWorkerRole(const JobConfig& config, int rank);
+
+struct LaunchOptions {
+  std::string self_path;      // the hetps binary, for the children
+  std::string config_path;    // passed on to the children
+  std::vector<std::string> overrides;  // --set assignments, passed on too
+  std::string summary_json;   // write the summary here when non-empty
+};
+
+// Runs a whole job on this machine: servers first (once all listen), then
+// workers, one process each; gathers their output; stops everything on
+// Ctrl-C or when the workers are done. Non-zero when any role failed.
+int RunLaunch(JobConfig config, const LaunchOptions& options);
+
+// Prints the coordinator's view of a running job.
+int RunStatus(const std::string& coordinator_endpoint, bool json);
+
+}  // namespace hetps

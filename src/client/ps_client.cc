@@ -1,0 +1,500 @@
+#include "hetps/ps_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/shard_map.h"
+#include "common/channel.h"
+#include "common/bytes.h"
+#include "common/status.h"
+#include "hetps.grpc.pb.h"
+#include "hetps/version.h"
+#include "common/logging.h"
+
+namespace hetps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ServerConn {
+  std::string endpoint;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<rpc::ParameterServer::Stub> stub;
+};
+
+struct TableMeta {
+  bool sparse = true;
+  uint64_t dim = 0;
+};
+
+// Waits for a fixed number of callbacks.
+class Latch {
+ public:
+  explicit Latch(size_t count) : count_(count) {}
+  void CountDown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--count_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t count_;
+};
+
+// Unique keys of a batch and where each original key went.
+struct Dedup {
+  std::vector<uint64_t> keys;
+  std::vector<uint32_t> index;  // original position → position in keys
+};
+
+Dedup Deduplicate(std::span<const uint64_t> keys) {
+  Dedup d;
+  absl::flat_hash_map<uint64_t, uint32_t> seen;
+  seen.reserve(keys.size());
+  d.index.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] =
+        seen.try_emplace(keys[i], static_cast<uint32_t>(d.keys.size()));
+    if (inserted) d.keys.push_back(keys[i]);
+    d.index[i] = it->second;
+  }
+  return d;
+}
+
+// Keys of one request split by owning server: positions[s] lists indexes
+// into the key list, in order.
+std::vector<std::vector<uint32_t>> PartitionByServer(
+    const ShardMap& map, std::span<const uint64_t> keys) {
+  std::vector<std::vector<uint32_t>> positions(map.num_servers());
+  if (map.num_servers() == 1) {
+    positions[0].resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) positions[0][i] = i;
+    return positions;
+  }
+  std::vector<uint32_t> owner(keys.size());
+  std::vector<size_t> count(map.num_servers(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    owner[i] = map.ServerOf(keys[i]);
+    ++count[owner[i]];
+  }
+  for (uint32_t s = 0; s < map.num_servers(); ++s) {
+    positions[s].reserve(count[s]);
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    positions[owner[i]].push_back(static_cast<uint32_t>(i));
+  }
+  return positions;
+}
+
+}  // namespace
+
+struct PsClient::Impl {
+  PsClientOptions options;
+  std::vector<ServerConn> servers;
+  std::optional<ShardMap> shard_map;
+  absl::flat_hash_map<std::string, TableMeta> tables;
+  std::atomic<uint64_t> clock{0};
+
+  // Starts one RPC for `server`; must call `done` exactly once.
+  using StartFn = std::function<void(uint32_t server, grpc::ClientContext*,
+                                     std::function<void(grpc::Status)> done)>;
+
+  // Runs `start` for every server in `targets` concurrently. Servers that
+  // answer UNAVAILABLE are called again after a back-off until
+  // connect_deadline_s has passed since the first failure. Returns the
+  // first other error, prefixed with the server and endpoint.
+  absl::Status CallAll(std::vector<uint32_t> targets, const StartFn& start) {
+    double backoff = options.rpc.initial_backoff_s;
+    std::optional<Clock::time_point> failing_since;
+    while (true) {
+      std::vector<grpc::Status> results(targets.size());
+      std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+      Latch latch(targets.size());
+      for (size_t i = 0; i < targets.size(); ++i) {
+        contexts.push_back(std::make_unique<grpc::ClientContext>());
+        contexts.back()->set_deadline(
+            std::chrono::system_clock::now() +
+            std::chrono::milliseconds(
+                static_cast<int64_t>(options.rpc.rpc_timeout_s * 1000)));
+        start(targets[i], contexts.back().get(),
+              [&results, &latch, i](grpc::Status s) {
+                results[i] = std::move(s);
+                latch.CountDown();
+              });
+      }
+      latch.Wait();
+      std::vector<uint32_t> retry;
+      std::string last_error;
+      for (size_t i = 0; i < targets.size(); ++i) {
+        const grpc::Status& s = results[i];
+        if (s.ok()) continue;
+        const ServerConn& conn = servers[targets[i]];
+        if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+          retry.push_back(targets[i]);
+          last_error = s.error_message();
+          continue;
+        }
+        return absl::Status(
+            static_cast<absl::StatusCode>(s.error_code()),
+            absl::StrCat("server ", targets[i], " (", conn.endpoint,
+                         "): ", s.error_message()));
+      }
+      if (retry.empty()) return absl::OkStatus();
+      const auto now = Clock::now();
+      if (!failing_since) failing_since = now;
+      const double waited =
+          std::chrono::duration<double>(now - *failing_since).count();
+      if (waited >= options.rpc.connect_deadline_s) {
+        return absl::UnavailableError(absl::StrCat(
+            "PS server ", retry.front(), " at ",
+            servers[retry.front()].endpoint, " unreachable for ",
+            absl::StrFormat("%.1f", waited),
+            " s (client.connect_deadline_s = ", options.rpc.connect_deadline_s,
+            "); last error: ", last_error));
+      }
+      spdlog::debug("{} server(s) unavailable ({}), retrying in {:.2f} s",
+                    retry.size(), last_error, backoff);
+      std::this_thread::sleep_for(std::chrono::duration<double>(
+          std::min(backoff, options.rpc.connect_deadline_s - waited)));
+      backoff = std::min(backoff * 2, options.rpc.max_backoff_s);
+      targets = std::move(retry);
+    }
+  }
+
+  std::vector<uint32_t> AllServers() const {
+    std::vector<uint32_t> all(servers.size());
+    for (uint32_t s = 0; s < all.size(); ++s) all[s] = s;
+    return all;
+  }
+
+  absl::StatusOr<TableMeta> Meta(const std::string& table, bool sparse) const {
+    auto it = tables.find(table);
+    if (it == tables.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown table '", table, "'"));
+    }
+    if (it->second.sparse != sparse) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table, "' is ",
+                       it->second.sparse ? "sparse" : "dense"));
+    }
+    return it->second;
+  }
+
+  absl::Status Handshake() {
+    std::vector<rpc::TableInfoResponse> infos(servers.size());
+    rpc::TableInfoRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    absl::Status status = CallAll(
+        AllServers(), [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+          servers[s].stub->async()->GetTableInfo(ctx, &request, &infos[s],
+                                                 std::move(done));
+        });
+    if (!status.ok()) return status;
+    for (uint32_t s = 0; s < servers.size(); ++s) {
+      const rpc::TableInfoResponse& info = infos[s];
+      if (info.server_rank() != s) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "endpoint ", servers[s].endpoint, " is server rank ",
+            info.server_rank(), ", expected rank ", s,
+            " (is the endpoint list in the same order everywhere?)"));
+      }
+      auto map = ShardMap::FromProto(info.shard_map());
+      if (!map.ok()) return map.status();
+      if (map->num_servers() != servers.size()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "server ", s, " (", servers[s].endpoint, ") expects ",
+            map->num_servers(), " servers, the client knows ",
+            servers.size()));
+      }
+      if (!shard_map) {
+        shard_map = *map;
+      } else if (map->version() != shard_map->version()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "servers disagree on the shard map: version ",
+            shard_map->version(), " vs ", map->version(), " at ",
+            servers[s].endpoint));
+      }
+      for (const rpc::TableInfo& t : info.tables()) {
+        TableMeta meta{t.schema().kind() == rpc::TABLE_KIND_SPARSE,
+                       t.schema().dim()};
+        auto [it, inserted] = tables.try_emplace(t.schema().name(), meta);
+        if (!inserted &&
+            (it->second.sparse != meta.sparse || it->second.dim != meta.dim)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "servers disagree on the schema of table '", t.schema().name(),
+              "'"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+    const PsClientOptions& options) {
+  if (options.endpoints.empty()) {
+    return absl::InvalidArgumentError("PsClient: no server endpoints");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  for (const std::string& endpoint : options.endpoints) {
+    ServerConn conn;
+    conn.endpoint = endpoint;
+    conn.channel = MakeChannel(endpoint, options.max_message_bytes);
+    conn.stub = rpc::ParameterServer::NewStub(conn.channel);
+    impl->servers.push_back(std::move(conn));
+  }
+  if (auto s = impl->Handshake(); !s.ok()) return s;
+  return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
+}
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+uint64_t PsClient::clock() const { return impl_->clock.load(); }
+
+const std::vector<std::string>& PsClient::endpoints() const {
+  return impl_->options.endpoints;
+}
+
+absl::StatusOr<uint64_t> PsClient::TableDim(const std::string& table) const {
+  auto it = impl_->tables.find(table);
+  if (it == impl_->tables.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown table '", table, "'"));
+  }
+  return it->second.dim;
+}
+
+absl::Status PsClient::PullSparse(const std::string& table,
+                                  std::span<const uint64_t> keys,
+                                  std::span<float> out, KeySet key_set) {
+  auto meta = impl_->Meta(table, /*sparse=*/true);
+  if (!meta.ok()) return meta.status();
+  const uint64_t dim = meta->dim;
+  if (out.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PullSparse('", table, "'): output holds ", out.size(),
+        " floats, need ", keys.size(), " × ", dim));
+  }
+  if (keys.empty()) return absl::OkStatus();
+
+  std::optional<Dedup> dedup;
+  std::span<const uint64_t> unique = keys;
+  std::vector<float> unique_rows;
+  std::span<float> rows = out;
+  if (key_set == KeySet::kMayRepeat) {
+    dedup = Deduplicate(keys);
+    if (dedup->keys.size() < keys.size()) {
+      unique = dedup->keys;
+      unique_rows.resize(unique.size() * dim);
+      rows = unique_rows;
+    } else {
+      dedup.reset();
+    }
+  }
+
+  const ShardMap& map = *impl_->shard_map;
+  auto positions = PartitionByServer(map, unique);
+  std::vector<rpc::PullSparseRequest> requests(map.num_servers());
+  std::vector<rpc::PullSparseResponse> responses(map.num_servers());
+  std::vector<uint32_t> targets;
+  for (uint32_t s = 0; s < map.num_servers(); ++s) {
+    if (positions[s].empty()) continue;
+    targets.push_back(s);
+    rpc::PullSparseRequest& req = requests[s];
+    req.set_protocol_version(kProtocolVersion);
+    req.set_table(table);
+    req.set_dim(static_cast<uint32_t>(dim));
+    req.set_worker_id(impl_->options.worker_id);
+    req.set_clock(impl_->clock.load());
+    auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
+  }
+  absl::Status status = impl_->CallAll(
+      targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+        impl_->servers[s].stub->async()->PullSparse(ctx, &requests[s],
+                                                    &responses[s],
+                                                    std::move(done));
+      });
+  if (!status.ok()) return status;
+  for (uint32_t s : targets) {
+    const std::string& bytes = responses[s].values();
+    if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
+      return absl::InternalError(absl::StrCat(
+          "server ", s, " (", impl_->servers[s].endpoint, ") returned ",
+          bytes.size(), " bytes for ", positions[s].size(), " rows of dim ",
+          dim));
+    }
+    const char* src = bytes.data();
+    const size_t row_bytes = dim * sizeof(float);
+    for (uint32_t pos : positions[s]) {
+      std::memcpy(&rows[pos * dim], src, row_bytes);
+      src += row_bytes;
+    }
+  }
+  if (dedup) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::memcpy(&out[i * dim], &unique_rows[dedup->index[i] * dim],
+                  dim * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::PullDense(const std::string& table, std::span<float> out) {
+  auto meta = impl_->Meta(table, /*sparse=*/false);
+  if (!meta.ok()) return meta.status();
+  if (out.size() != meta->dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PullDense('", table, "'): output holds ", out.size(),
+                     " floats, the table has ", meta->dim));
+  }
+  const uint32_t n = static_cast<uint32_t>(impl_->servers.size());
+  std::vector<rpc::PullDenseRequest> requests(n);
+  std::vector<rpc::PullDenseResponse> responses(n);
+  std::vector<uint32_t> targets;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (ShardMap::DenseSlice(meta->dim, s, n).second == 0) continue;
+    targets.push_back(s);
+    requests[s].set_protocol_version(kProtocolVersion);
+    requests[s].set_table(table);
+    requests[s].set_size(meta->dim);
+    requests[s].set_worker_id(impl_->options.worker_id);
+    requests[s].set_clock(impl_->clock.load());
+  }
+  absl::Status status = impl_->CallAll(
+      targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+        impl_->servers[s].stub->async()->PullDense(ctx, &requests[s],
+                                                   &responses[s],
+                                                   std::move(done));
+      });
+  if (!status.ok()) return status;
+  for (uint32_t s : targets) {
+    const auto [offset, length] = ShardMap::DenseSlice(meta->dim, s, n);
+    const std::string& bytes = responses[s].values();
+    if (responses[s].offset() != offset ||
+        bytes.size() != length * sizeof(float)) {
+      return absl::InternalError(absl::StrCat(
+          "server ", s, " returned dense slice at ", responses[s].offset(),
+          " of ", bytes.size(), " bytes, expected ", offset, " of ",
+          length * sizeof(float)));
+    }
+    std::memcpy(&out[offset], bytes.data(), bytes.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Push(std::span<const TableGrad> grads,
+                            uint32_t batch_size, KeySet key_set) {
+  const ShardMap& map = *impl_->shard_map;
+  const uint32_t n = map.num_servers();
+  std::vector<rpc::PushRequest> requests(n);
+  std::vector<bool> has_content(n, false);
+  const uint64_t clock = impl_->clock.load();
+  for (uint32_t s = 0; s < n; ++s) {
+    requests[s].set_protocol_version(kProtocolVersion);
+    requests[s].set_worker_id(impl_->options.worker_id);
+    requests[s].set_clock(clock);
+    requests[s].set_batch_size(batch_size);
+  }
+  for (const TableGrad& grad : grads) {
+    auto it = impl_->tables.find(grad.table);
+    if (it == impl_->tables.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown table '", grad.table, "'"));
+    }
+    const TableMeta meta = it->second;
+    if (!meta.sparse) {
+      if (!grad.keys.empty() || grad.values.size() != meta.dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Push('", grad.table, "'): dense table of size ", meta.dim,
+            " got ", grad.values.size(), " values and ", grad.keys.size(),
+            " keys"));
+      }
+      for (uint32_t s = 0; s < n; ++s) {
+        const auto [offset, length] = ShardMap::DenseSlice(meta.dim, s, n);
+        if (length == 0) continue;
+        rpc::TableGradient* g = requests[s].add_gradients();
+        g->set_table(grad.table);
+        g->set_dim(static_cast<uint32_t>(meta.dim));
+        AssignBytes<float>(g->mutable_values(),
+                           grad.values.subspan(offset, length));
+        has_content[s] = true;
+      }
+      continue;
+    }
+    const uint64_t dim = meta.dim;
+    if (grad.values.size() != grad.keys.size() * dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push('", grad.table, "'): ", grad.keys.size(), " keys × dim ",
+          dim, " need ", grad.keys.size() * dim, " values, got ",
+          grad.values.size()));
+    }
+    std::span<const uint64_t> keys = grad.keys;
+    std::span<const float> values = grad.values;
+    std::vector<float> summed;
+    Dedup dedup;
+    if (key_set == KeySet::kMayRepeat) {
+      dedup = Deduplicate(keys);
+      if (dedup.keys.size() < keys.size()) {
+        summed.assign(dedup.keys.size() * dim, 0.0f);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          float* dst = &summed[dedup.index[i] * dim];
+          for (uint64_t j = 0; j < dim; ++j) dst[j] += values[i * dim + j];
+        }
+        keys = dedup.keys;
+        values = summed;
+      }
+    }
+    auto positions = PartitionByServer(map, keys);
+    for (uint32_t s = 0; s < n; ++s) {
+      if (positions[s].empty()) continue;
+      rpc::TableGradient* g = requests[s].add_gradients();
+      g->set_table(grad.table);
+      g->set_dim(static_cast<uint32_t>(dim));
+      auto k = ResizeAs<uint64_t>(g->mutable_keys(), positions[s].size());
+      auto v = ResizeAs<float>(g->mutable_values(), positions[s].size() * dim);
+      for (size_t i = 0; i < positions[s].size(); ++i) {
+        const uint32_t pos = positions[s][i];
+        k[i] = keys[pos];
+        std::memcpy(&v[i * dim], &values[pos * dim], dim * sizeof(float));
+      }
+      has_content[s] = true;
+    }
+  }
+  std::vector<uint32_t> targets;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (has_content[s] || impl_->options.push_to_all_servers) {
+      targets.push_back(s);
+    }
+  }
+  std::vector<rpc::PushResponse> responses(n);
+  absl::Status status = impl_->CallAll(
+      targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+        impl_->servers[s].stub->async()->Push(ctx, &requests[s],
+                                              &responses[s], std::move(done));
+      });
+  if (!status.ok()) return status;
+  impl_->clock.fetch_add(1);
+  return absl::OkStatus();
+}
+
+}  // namespace hetps

@@ -1,0 +1,143 @@
+// Coordinator: the job's membership and status authority. Runs inside server
+// rank 0 (no extra process), reachable at ps_endpoints[0].
+//
+//  - Register checks the protocol version and the table schema a node
+//    expects against the job's, and refuses a mismatch with
+//    FAILED_PRECONDITION naming what differs, before any tensor moves.
+//  - Membership: every worker of the job starts live. A worker leaves the
+//    live set when it says so (Leave, e.g. when its data is done) or when no
+//    heartbeat arrived for server.heartbeat_timeout_s (a worker that never
+//    registered gets client.connect_deadline_s on top). Each change bumps the
+//    epoch and is sent to every server, so no mode waits for a gone worker.
+//  - Barrier: blocks until every live worker reached the named barrier.
+//  - GetStatus: workers' progress and throughput, servers' tables.
+//
+// Thread-safety: handlers run concurrently; one mutex guards the state, and
+// no RPC is made while holding it.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/shard_map.h"
+#include "hetps.grpc.pb.h"
+#include "hetps/config.h"
+
+namespace hetps {
+
+class Coordinator final : public rpc::Coordinator::Service {
+ public:
+  // `config` validated, with ps_endpoints filled in.
+  explicit Coordinator(const JobConfig& config);
+  ~Coordinator() override;
+
+  // Starts the liveness watcher.
+  void Start();
+  // Stops the watcher and wakes every waiting Barrier (UNAVAILABLE).
+  void Stop();
+
+  grpc::Status Register(grpc::ServerContext* context,
+                        const rpc::RegisterRequest* request,
+                        rpc::RegisterResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const rpc::HeartbeatRequest* request,
+                         rpc::HeartbeatResponse* response) override;
+  grpc::Status Leave(grpc::ServerContext* context,
+                     const rpc::LeaveRequest* request,
+                     rpc::LeaveResponse* response) override;
+  grpc::Status Barrier(grpc::ServerContext* context,
+                       const rpc::BarrierRequest* request,
+                       rpc::BarrierResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context,
+                         const rpc::StatusRequest* request,
+                         rpc::StatusResponse* response) override;
+
+  std::vector<uint32_t> LiveWorkers() const;
+  uint64_t epoch() const;
+
+ private:
+  struct WorkerState {
+    bool live = true;
+    bool registered = false;
+    absl::Time last_seen;
+    uint64_t step = 0;
+    uint64_t samples = 0;
+    double samples_per_s = 0;
+    std::string left_reason;
+  };
+
+  absl::Status CheckSchema(const rpc::RegisterRequest& request) const;
+  // Marks `rank` gone; returns true if it was live. REQUIRES: mu_ held.
+  bool RemoveWorker(uint32_t rank, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the current live set to every server (outside the lock).
+  void BroadcastMembership();
+  void WatchLiveness();
+
+  // Constant after construction.
+  const JobConfig config_;
+  const ShardMap shard_map_;
+  const absl::Time started_;
+  std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> servers_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  // barrier name → ranks arrived
+  std::map<std::string, std::set<uint32_t>> barriers_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::mutex broadcast_mu_;  // serialises broadcasts so epochs arrive in order
+  std::thread watcher_;
+};
+
+// A worker's side of the coordinator: registration (retried until the
+// coordinator is up, within client.connect_deadline_s), a heartbeat thread,
+// barriers and leaving.
+class CoordinatorClient {
+ public:
+  CoordinatorClient(const JobConfig& config, uint32_t rank);
+  ~CoordinatorClient();
+
+  // Registers with the job's table schema; UNAVAILABLE naming the endpoint
+  // when the coordinator stays unreachable, FAILED_PRECONDITION on a
+  // version or schema mismatch.
+  absl::StatusOr<rpc::RegisterResponse> Register();
+  // Starts heartbeating every client.heartbeat_interval_s with the progress
+  // last given to ReportProgress.
+  void StartHeartbeats();
+  void ReportProgress(uint64_t step, uint64_t samples, double samples_per_s);
+  absl::Status Barrier(const std::string& name);
+  // Stops heartbeats and leaves the live set.
+  absl::Status Leave(const std::string& reason);
+
+ private:
+  const JobConfig config_;
+  const uint32_t rank_;
+  std::unique_ptr<rpc::Coordinator::Stub> stub_;
+  std::atomic<uint64_t> step_{0}, samples_{0};
+  std::atomic<double> samples_per_s_{0};
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread heartbeat_;
+};
+
+// Reads the status of a running job from its coordinator.
+absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
+                                                double timeout_s);
+
+}  // namespace hetps

@@ -1,0 +1,80 @@
+// Aggregator: decides when pushed gradients reach the tables — the seam where
+// the consistency modes differ (DESIGN.md, "Consistency, precisely").
+//
+//  - sync: pushes of round c (each worker's c-th push) are merged — gradients
+//    of one key summed, weighted by each push's batch size and divided by the
+//    round's total batch — and applied once when every live worker has
+//    contributed; a pull at clock c waits until rounds 0..c-1 are applied.
+//  - async: every push is applied on arrival; pulls never wait.
+//  - semi_async arrives with the heterogeneity work (GradientQueue + window).
+//
+// Pushes are idempotent per (worker, clock): a retried push that already
+// arrived is acknowledged and not applied again.
+//
+// Thread-safety: all methods may be called concurrently (one gRPC handler
+// thread per request).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "hetps/config.h"
+#include "table/dense_table.h"
+#include "table/sparse_table.h"
+
+namespace hetps {
+
+// A validated push: tables resolved, payloads viewed in place. The views are
+// only read during Aggregator::Push.
+struct PushView {
+  struct Sparse {
+    SparseTable* table;
+    std::span<const uint64_t> keys;
+    std::span<const float> grads;  // keys.size() * dim
+  };
+  struct Dense {
+    DenseTable* table;
+    std::span<const float> grads;  // table->length()
+  };
+  uint32_t worker_id = 0;
+  uint64_t clock = 0;
+  uint32_t batch_size = 1;
+  std::vector<Sparse> sparse;
+  std::vector<Dense> dense;
+};
+
+class Aggregator {
+ public:
+  // `num_workers`: the workers of the job, all live at the start.
+  // UNIMPLEMENTED for modes not built yet.
+  static absl::StatusOr<std::unique_ptr<Aggregator>> Create(
+      ConsistencyMode mode, uint32_t num_workers);
+
+  virtual ~Aggregator() = default;
+
+  // FAILED_PRECONDITION when the push cannot belong to the current state
+  // (sync: its round was already applied, or the worker left the live set).
+  virtual absl::Status Push(const PushView& push) = 0;
+
+  // Blocks until a pull from a worker that has made `clock` pushes may be
+  // answered. DEADLINE_EXCEEDED (naming the workers still missing) at
+  // `deadline`; CANCELLED once `cancelled()` turns true (polled).
+  virtual absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
+                                 absl::Time deadline,
+                                 const std::function<bool()>& cancelled) = 0;
+
+  // Replaces the live set when `epoch` is newer than the last one seen.
+  virtual void UpdateMembership(uint64_t epoch,
+                                const std::vector<uint32_t>& live) = 0;
+
+  // Sync: rounds applied. Async: pushes applied.
+  virtual uint64_t applied_rounds() const = 0;
+};
+
+}  // namespace hetps

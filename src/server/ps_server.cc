@@ -1,0 +1,331 @@
+#include "server/ps_server.h"
+
+#include <bit>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/bytes.h"
+#include "common/status.h"
+#include "hetps/version.h"
+#include "common/logging.h"
+
+namespace hetps {
+namespace {
+
+absl::Status CheckProtocol(uint32_t version) {
+  if (version == kProtocolVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("protocol version mismatch: request speaks ", version,
+                   ", this server speaks ", kProtocolVersion));
+}
+
+// Index of the first non-finite value, or -1. Tests the exponent bits so the
+// loop vectorises; NaN and ±Inf are exactly the floats with all ones there.
+int64_t FirstNonFinite(std::span<const float> values) {
+  constexpr uint32_t kExp = 0x7f800000u;
+  bool any = false;
+  for (float v : values) any |= (std::bit_cast<uint32_t>(v) & kExp) == kExp;
+  if (!any) return -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if ((std::bit_cast<uint32_t>(values[i]) & kExp) == kExp) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+absl::Status CheckFinite(const std::string& table,
+                         std::span<const float> values) {
+  const int64_t bad = FirstNonFinite(values);
+  if (bad < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("table '", table, "': non-finite gradient value ",
+                   values[bad], " at index ", bad, "; push refused"));
+}
+
+absl::Time PullDeadline(grpc::ServerContext* context, double timeout_s) {
+  absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  const auto ctx_deadline = context->deadline();
+  if (ctx_deadline != std::chrono::system_clock::time_point::max()) {
+    deadline = std::min(deadline, absl::FromChrono(ctx_deadline));
+  }
+  return deadline;
+}
+
+}  // namespace
+
+void ToSchemaProto(const TableConfig& table, rpc::TableSchema* schema) {
+  schema->set_name(table.name);
+  schema->set_kind(table.kind == TableKind::kSparse ? rpc::TABLE_KIND_SPARSE
+                                                    : rpc::TABLE_KIND_DENSE);
+  schema->set_dim(table.dim);
+  schema->set_optimizer(table.optimizer.type);
+}
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
+    const JobConfig& config, uint32_t rank) {
+  const uint32_t servers = static_cast<uint32_t>(config.num_servers());
+  if (rank >= servers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server rank ", rank, " out of range: the job has ",
+                     servers, " servers"));
+  }
+  auto aggregator = Aggregator::Create(
+      config.mode, static_cast<uint32_t>(config.num_workers()));
+  if (!aggregator.ok()) return aggregator.status();
+  std::unique_ptr<PsServer> server(
+      new PsServer(config, rank,
+                   ShardMap::Uniform(servers, config.server.num_buckets),
+                   std::move(*aggregator)));
+  for (const TableConfig& table : config.tables) {
+    auto optimizer = Optimizer::Create(table.optimizer);
+    if (!optimizer.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", table.name, "': ", optimizer.status().message()));
+    }
+    if (table.kind == TableKind::kSparse) {
+      server->sparse_[table.name] = std::make_unique<SparseTable>(
+          table, std::move(*optimizer), config.server.table_stripes);
+    } else {
+      auto [offset, length] = ShardMap::DenseSlice(table.dim, rank, servers);
+      server->dense_[table.name] = std::make_unique<DenseTable>(
+          table, offset, length, std::move(*optimizer));
+    }
+  }
+  return server;
+}
+
+PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
+                   std::unique_ptr<Aggregator> aggregator)
+    : config_(config),
+      rank_(rank),
+      shard_map_(std::move(shard_map)),
+      aggregator_(std::move(aggregator)) {}
+
+SparseTable* PsServer::sparse_table(const std::string& name) const {
+  auto it = sparse_.find(name);
+  return it == sparse_.end() ? nullptr : it->second.get();
+}
+
+DenseTable* PsServer::dense_table(const std::string& name) const {
+  auto it = dense_.find(name);
+  return it == dense_.end() ? nullptr : it->second.get();
+}
+
+absl::Status PsServer::CheckKeys(const std::string& table,
+                                 std::span<const uint64_t> keys) const {
+  if (keys.size() > config_.server.max_keys_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", table, "': request has ", keys.size(),
+        " keys, the limit is ", config_.server.max_keys_per_request,
+        " (server.max_keys_per_request); split the request"));
+  }
+  if (shard_map_.num_servers() == 1) return absl::OkStatus();
+  for (uint64_t key : keys) {
+    const uint32_t owner = shard_map_.ServerOf(key);
+    if (owner != rank_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", table, "': key ", key, " belongs to server ", owner,
+          ", not ", rank_, " (shard map version ", shard_map_.version(),
+          "); refresh the shard map"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsServer::AwaitPull(grpc::ServerContext* context,
+                                 uint32_t worker_id, uint64_t clock) {
+  return aggregator_->AwaitPull(
+      worker_id, clock, PullDeadline(context, config_.server.sync_wait_timeout_s),
+      [context] { return context->IsCancelled(); });
+}
+
+absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
+                                    const rpc::PullSparseRequest& request,
+                                    rpc::PullSparseResponse* response) {
+  if (auto s = CheckProtocol(request.protocol_version()); !s.ok()) return s;
+  SparseTable* table = sparse_table(request.table());
+  if (table == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown sparse table '", request.table(), "'"));
+  }
+  if (request.dim() != table->dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", request.table(), "' has dim ", table->dim(),
+                     ", request says ", request.dim()));
+  }
+  if (request.keys().size() % sizeof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", request.table(), "': keys field has ",
+        request.keys().size(), " bytes, not a multiple of 8"));
+  }
+  std::vector<uint64_t> scratch;
+  auto keys = ViewAs<uint64_t>(request.keys(), scratch);
+  if (auto s = CheckKeys(request.table(), keys); !s.ok()) return s;
+  if (auto s = AwaitPull(context, request.worker_id(), request.clock());
+      !s.ok()) {
+    return s;
+  }
+  auto out = ResizeAs<float>(response->mutable_values(),
+                             keys.size() * table->dim());
+  table->Pull(keys, out);
+  return absl::OkStatus();
+}
+
+grpc::Status PsServer::PullSparse(grpc::ServerContext* context,
+                                  const rpc::PullSparseRequest* request,
+                                  rpc::PullSparseResponse* response) {
+  return ToGrpcStatus(DoPullSparse(context, *request, response));
+}
+
+absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
+                                   const rpc::PullDenseRequest& request,
+                                   rpc::PullDenseResponse* response) {
+  if (auto s = CheckProtocol(request.protocol_version()); !s.ok()) return s;
+  DenseTable* table = dense_table(request.table());
+  if (table == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown dense table '", request.table(), "'"));
+  }
+  if (request.size() != table->config().dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", request.table(), "' has size ",
+                     table->config().dim, ", request says ", request.size()));
+  }
+  if (auto s = AwaitPull(context, request.worker_id(), request.clock());
+      !s.ok()) {
+    return s;
+  }
+  response->set_offset(table->offset());
+  table->Pull(ResizeAs<float>(response->mutable_values(), table->length()));
+  return absl::OkStatus();
+}
+
+grpc::Status PsServer::PullDense(grpc::ServerContext* context,
+                                 const rpc::PullDenseRequest* request,
+                                 rpc::PullDenseResponse* response) {
+  return ToGrpcStatus(DoPullDense(context, *request, response));
+}
+
+absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
+  if (auto s = CheckProtocol(request.protocol_version()); !s.ok()) return s;
+  if (request.batch_size() == 0) {
+    return absl::InvalidArgumentError("push: batch_size must be >= 1");
+  }
+  PushView view;
+  view.worker_id = request.worker_id();
+  view.clock = request.clock();
+  view.batch_size = request.batch_size();
+  // Scratch copies for payloads that arrive misaligned; they must outlive
+  // the views, hence one per gradient, reserved so they never move.
+  std::vector<std::vector<uint64_t>> key_scratch(request.gradients_size());
+  std::vector<std::vector<float>> value_scratch(request.gradients_size());
+  for (int g = 0; g < request.gradients_size(); ++g) {
+    const rpc::TableGradient& grad = request.gradients(g);
+    if (grad.values().size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", grad.table(), "': values field has ",
+          grad.values().size(), " bytes, not a multiple of 4"));
+    }
+    auto values = ViewAs<float>(grad.values(), value_scratch[g]);
+    if (SparseTable* table = sparse_table(grad.table())) {
+      if (grad.dim() != table->dim()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", grad.table(), "' has dim ", table->dim(),
+                         ", push says ", grad.dim()));
+      }
+      if (grad.keys().size() % sizeof(uint64_t) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", grad.table(), "': keys field has ", grad.keys().size(),
+            " bytes, not a multiple of 8"));
+      }
+      auto keys = ViewAs<uint64_t>(grad.keys(), key_scratch[g]);
+      if (values.size() != keys.size() * table->dim()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", grad.table(), "': ", keys.size(), " keys × dim ",
+            table->dim(), " need ", keys.size() * table->dim(),
+            " values, push has ", values.size()));
+      }
+      if (auto s = CheckKeys(grad.table(), keys); !s.ok()) return s;
+      if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
+      view.sparse.push_back({table, keys, values});
+    } else if (DenseTable* table = dense_table(grad.table())) {
+      if (!grad.keys().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", grad.table(), "' is dense; push carries keys"));
+      }
+      if (values.size() != table->length()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", grad.table(), "': this server holds ", table->length(),
+            " values [", table->offset(), ", ",
+            table->offset() + table->length(), "), push has ",
+            values.size()));
+      }
+      if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
+      view.dense.push_back({table, values});
+    } else {
+      return absl::NotFoundError(
+          absl::StrCat("unknown table '", grad.table(), "'"));
+    }
+  }
+  return aggregator_->Push(view);
+}
+
+grpc::Status PsServer::Push(grpc::ServerContext*,
+                            const rpc::PushRequest* request,
+                            rpc::PushResponse* response) {
+  absl::Status status = DoPush(*request);
+  if (!status.ok()) {
+    spdlog::warn("push from worker {} refused: {}", request->worker_id(),
+                 status.ToString());
+  }
+  response->set_applied_rounds(aggregator_->applied_rounds());
+  return ToGrpcStatus(status);
+}
+
+grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
+                                    const rpc::TableInfoRequest* request,
+                                    rpc::TableInfoResponse* response) {
+  if (auto s = CheckProtocol(request->protocol_version()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  response->set_server_rank(rank_);
+  response->set_applied_rounds(aggregator_->applied_rounds());
+  response->set_mode(ConsistencyModeName(config_.mode));
+  shard_map_.ToProto(response->mutable_shard_map());
+  bool found = request->table().empty();
+  for (const TableConfig& config : config_.tables) {
+    if (!request->table().empty() && request->table() != config.name) continue;
+    found = true;
+    rpc::TableInfo* info = response->add_tables();
+    ToSchemaProto(config, info->mutable_schema());
+    if (SparseTable* table = sparse_table(config.name)) {
+      info->set_rows(table->size());
+    } else if (DenseTable* table = dense_table(config.name)) {
+      info->set_rows(table->length());
+      info->set_dense_offset(table->offset());
+    }
+  }
+  if (!found) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("unknown table '", request->table(), "'"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
+                                        const rpc::MembershipUpdate* request,
+                                        rpc::MembershipAck*) {
+  if (auto s = CheckProtocol(request->protocol_version()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  std::vector<uint32_t> live(request->live_workers().begin(),
+                             request->live_workers().end());
+  spdlog::info("membership epoch {}: {} live workers", request->epoch(),
+               live.size());
+  aggregator_->UpdateMembership(request->epoch(), live);
+  return grpc::Status::OK;
+}
+
+}  // namespace hetps

@@ -1,0 +1,88 @@
+// PsServer: the ParameterServer gRPC service of one server rank. Owns this
+// rank's shard of every table and the Aggregator of the job's mode.
+//
+// Every handler checks the protocol version, then validates the whole request
+// (table names, dimensions, sizes, key ownership, finite values) before any
+// table is touched, so a bad request changes nothing. Codes:
+//   FAILED_PRECONDITION  protocol version mismatch; key owned by another
+//                        server (the message names the shard-map version)
+//   NOT_FOUND            unknown table
+//   INVALID_ARGUMENT     wrong dimension, length mismatch, NaN/Inf gradient
+//   RESOURCE_EXHAUSTED   more keys than server.max_keys_per_request
+//   DEADLINE_EXCEEDED    a sync pull whose round did not close in time
+//
+// Thread-safety: handlers run concurrently on gRPC's threads.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "client/shard_map.h"
+#include "hetps.grpc.pb.h"
+#include "hetps/config.h"
+#include "server/aggregator.h"
+#include "table/dense_table.h"
+#include "table/sparse_table.h"
+
+namespace hetps {
+
+class PsServer final : public rpc::ParameterServer::Service {
+ public:
+  // `config` must be validated; `rank` < config.num_servers().
+  static absl::StatusOr<std::unique_ptr<PsServer>> Create(
+      const JobConfig& config, uint32_t rank);
+
+  grpc::Status PullSparse(grpc::ServerContext* context,
+                          const rpc::PullSparseRequest* request,
+                          rpc::PullSparseResponse* response) override;
+  grpc::Status PullDense(grpc::ServerContext* context,
+                         const rpc::PullDenseRequest* request,
+                         rpc::PullDenseResponse* response) override;
+  grpc::Status Push(grpc::ServerContext* context,
+                    const rpc::PushRequest* request,
+                    rpc::PushResponse* response) override;
+  grpc::Status GetTableInfo(grpc::ServerContext* context,
+                            const rpc::TableInfoRequest* request,
+                            rpc::TableInfoResponse* response) override;
+  grpc::Status UpdateMembership(grpc::ServerContext* context,
+                                const rpc::MembershipUpdate* request,
+                                rpc::MembershipAck* response) override;
+
+  // In-process access (tests, status). Null when absent.
+  SparseTable* sparse_table(const std::string& name) const;
+  DenseTable* dense_table(const std::string& name) const;
+  uint32_t rank() const { return rank_; }
+  const ShardMap& shard_map() const { return shard_map_; }
+  uint64_t applied_rounds() const { return aggregator_->applied_rounds(); }
+
+ private:
+  PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
+           std::unique_ptr<Aggregator> aggregator);
+
+  absl::Status DoPullSparse(grpc::ServerContext* context,
+                            const rpc::PullSparseRequest& request,
+                            rpc::PullSparseResponse* response);
+  absl::Status DoPullDense(grpc::ServerContext* context,
+                           const rpc::PullDenseRequest& request,
+                           rpc::PullDenseResponse* response);
+  absl::Status DoPush(const rpc::PushRequest& request);
+  absl::Status CheckKeys(const std::string& table,
+                         std::span<const uint64_t> keys) const;
+  absl::Status AwaitPull(grpc::ServerContext* context, uint32_t worker_id,
+                         uint64_t clock);
+
+  // Constant after construction.
+  const JobConfig config_;
+  const uint32_t rank_;
+  const ShardMap shard_map_;
+  const std::unique_ptr<Aggregator> aggregator_;
+  absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
+  absl::flat_hash_map<std::string, std::unique_ptr<DenseTable>> dense_;
+};
+
+// Builds the protobuf schema of a configured table.
+void ToSchemaProto(const TableConfig& table, rpc::TableSchema* schema);
+
+}  // namespace hetps

@@ -1,0 +1,46 @@
+// ServerNode: one running server process's gRPC endpoint — the
+// ParameterServer service of its rank, plus the Coordinator on rank 0.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coord/coordinator.h"
+#include "hetps/config.h"
+#include "server/ps_server.h"
+
+namespace hetps {
+
+class ServerNode {
+ public:
+  // Builds rank `rank`'s tables and listens on `listen_address`
+  // ("host:port"; port 0 picks a free one). `config` is validated and has
+  // cluster.ps_endpoints filled in (the coordinator needs them).
+  // UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<ServerNode>> Start(
+      const JobConfig& config, uint32_t rank,
+      const std::string& listen_address);
+  ~ServerNode();
+
+  int port() const { return port_; }
+  PsServer& ps() { return *ps_; }
+  Coordinator* coordinator() { return coordinator_.get(); }
+
+  // Stops accepting calls, lets running ones finish until `grace` passes,
+  // then cancels the rest. Idempotent.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  ServerNode() = default;
+
+  std::unique_ptr<PsServer> ps_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace hetps

@@ -1,0 +1,52 @@
+// DenseTable: this server's contiguous slice [offset, offset + length) of a
+// dense parameter array (MLP weights, biases), with optimizer state.
+//
+// Thread-safety: all methods may be called concurrently; one mutex guards the
+// slice (dense slices are small next to sparse tables).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "hetps/config.h"
+#include "table/optimizer.h"
+
+namespace hetps {
+
+class DenseTable {
+ public:
+  // Initial values come from InitialValue(config.init, offset + i, 0).
+  DenseTable(const TableConfig& config, uint64_t offset, uint64_t length,
+             std::unique_ptr<Optimizer> optimizer);
+
+  const TableConfig& config() const { return config_; }
+  uint64_t offset() const { return offset_; }
+  uint64_t length() const { return length_; }
+
+  // Copies the slice into `out` (length() floats).
+  void Pull(std::span<float> out) const;
+
+  // One optimizer step with `grad` (length() floats, finite).
+  void Push(std::span<const float> grad);
+
+  uint64_t update_count() const;
+
+ private:
+  const TableConfig config_;
+  const uint64_t offset_;
+  const uint64_t length_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  // state_ holds optimizer_->StateWidth(length_) floats: the slice is updated
+  // as one row of width length_.
+
+  mutable std::mutex mu_;
+  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> state_ ABSL_GUARDED_BY(mu_);
+  uint64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace hetps

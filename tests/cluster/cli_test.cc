@@ -1,0 +1,98 @@
+// The hetps command line as a user meets it: configuration errors name the
+// field and exit with 2; the quickstart job trains and reports.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+#include "support/test_support.h"
+
+namespace hetps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunCommand;
+using testing::TempDir;
+
+struct BadConfig {
+  std::string yaml;
+  std::string expected;  // in the message
+};
+
+class ConfigErrorTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(ConfigErrorTest, LaunchExitsTwoNamingTheField) {
+  TempDir dir;
+  const std::string path = dir.Write("bad.yaml", GetParam().yaml);
+  const auto result = RunCommand({testing::HetpsBinary(), "launch", path},
+                                 std::chrono::seconds(20));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("configuration error"));
+  EXPECT_THAT(result.output, HasSubstr(GetParam().expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, ConfigErrorTest,
+    ::testing::Values(
+        BadConfig{"cluster:\n  wokers: 3\n", "cluster.wokers"},
+        BadConfig{"cluster:\n  ps_endpoints: [\"127.0.0.1:70000\"]\n",
+                  "cluster.ps_endpoints[0]"},
+        BadConfig{"cluster:\n  ps_endpoints: [\"nohost\"]\n",
+                  "cluster.ps_endpoints[0]"},
+        BadConfig{"window: -3\n", "window"},
+        BadConfig{"train:\n  epochs: many\n", "train.epochs"},
+        BadConfig{"mode: eventually\n", "mode"}),
+    [](const ::testing::TestParamInfo<BadConfig>& info) {
+      std::string name;
+      for (char c : info.param.expected) {
+        name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      }
+      return name + "_" + std::to_string(info.index);
+    });
+
+TEST(CliTest, OverrideOfUnknownFieldExitsTwo) {
+  const auto result =
+      RunCommand({testing::HetpsBinary(), "launch",
+                  testing::SourcePath("examples/quickstart.yaml"), "--set",
+                  "train.epoch=3"},
+                 std::chrono::seconds(20));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("train.epoch"));
+}
+
+TEST(CliTest, MissingConfigFileExitsTwoNamingIt) {
+  const auto result = RunCommand(
+      {testing::HetpsBinary(), "launch", "/nonexistent/job.yaml"},
+      std::chrono::seconds(20));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("/nonexistent/job.yaml"));
+}
+
+TEST(CliTest, QuickstartTrainsAndWritesTheSummary) {
+  TempDir dir;
+  const std::string summary = dir.path() + "/summary.json";
+  const auto result = RunCommand(
+      {testing::HetpsBinary(), "launch",
+       testing::SourcePath("examples/quickstart.yaml"), "--summary-json",
+       summary},
+      std::chrono::seconds(240));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("test AUC"));
+  std::ifstream in(summary);
+  ASSERT_TRUE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["mode"], "sync");
+  EXPECT_EQ(j["workers"], 3);
+  EXPECT_EQ(j["servers"], 2);
+  // 2 epochs over 40000 samples, all of them trained once per epoch.
+  EXPECT_EQ(j["samples"], 80000);
+  // The teacher is a logistic regression over the same features, so the
+  // student learns it well; a broken update rule stays near 0.5.
+  EXPECT_GT(j["test_auc"].get<double>(), 0.75);
+  EXPECT_LT(j["test_logloss"].get<double>(), 0.62);
+}
+
+}  // namespace
+}  // namespace hetps

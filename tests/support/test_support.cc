@@ -1,0 +1,132 @@
+#include "support/test_support.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cli/roles.h"
+
+namespace hetps::testing {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::vector<std::string> FreeEndpoints(int count) {
+  std::vector<std::string> endpoints;
+  while (static_cast<int>(endpoints.size()) < count) {
+    std::string e = absl::StrCat("127.0.0.1:", FreePort());
+    if (std::find(endpoints.begin(), endpoints.end(), e) == endpoints.end()) {
+      endpoints.push_back(e);
+    }
+  }
+  return endpoints;
+}
+
+TempDir::TempDir() {
+  std::random_device rd;
+  path_ = (std::filesystem::temp_directory_path() /
+           absl::StrCat("hetps-test-", getpid(), "-", rd()))
+              .string();
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::Write(const std::string& name,
+                           const std::string& text) const {
+  const std::string full = path_ + "/" + name;
+  std::ofstream(full) << text;
+  return full;
+}
+
+CommandResult RunCommand(const std::vector<std::string>& args,
+                         std::chrono::seconds limit) {
+  // coreutils timeout bounds the child; output is merged into one pipe.
+  std::string cmd = absl::StrCat("timeout -k 5 ", limit.count());
+  for (const std::string& a : args) {
+    std::string quoted = "'";
+    for (char c : a) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    absl::StrAppend(&cmd, " ", quoted, "'");
+  }
+  absl::StrAppend(&cmd, " 2>&1");
+  CommandResult result;
+  const auto start = std::chrono::steady_clock::now();
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) {
+    result.output.append(buf.data(), n);
+  }
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  return result;
+}
+
+std::string HetpsBinary() { return HETPS_BINARY; }
+
+std::string SourcePath(const std::string& relative) {
+  return absl::StrCat(HETPS_SOURCE_DIR, "/", relative);
+}
+
+ServerProcesses::ServerProcesses()
+    : group_([this](const std::string&, const std::string& line) {
+        if (line.rfind(kListeningPrefix, 0) == 0) ++listening_;
+      }) {}
+
+::testing::AssertionResult ServerProcesses::Start(
+    const std::string& config_path, int count, std::chrono::seconds limit,
+    const std::vector<std::string>& extra) {
+  const int before = listening_;
+  for (int s = 0; s < count; ++s) {
+    std::vector<std::string> argv = {HetpsBinary(), "server", "--config",
+                                     config_path, "--rank", std::to_string(s)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto pid = group_.Spawn(absl::StrCat("server ", s), argv);
+    if (!pid.ok()) {
+      return ::testing::AssertionFailure() << pid.status().ToString();
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (listening_ - before < count) {
+    if (auto exit = group_.WaitAny(std::chrono::milliseconds(20))) {
+      return ::testing::AssertionFailure()
+             << exit->label << " exited with " << exit->exit_code
+             << " during start-up";
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return ::testing::AssertionFailure()
+             << "servers did not listen within " << limit.count() << " s";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace hetps::testing

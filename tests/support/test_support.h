@@ -1,0 +1,86 @@
+// Shared test helpers: status matchers, loopback ports, temporary files,
+// running the hetps binary, and a local cluster of server processes.
+#pragma once
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cli/process_group.h"
+
+namespace hetps::testing {
+
+inline const absl::Status& internal_status(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& internal_status(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound, HasSubstr("x")))
+MATCHER_P2(StatusIs, code, message_matcher, "") {
+  const absl::Status& s = internal_status(arg);
+  if (s.code() != code) {
+    *result_listener << "code " << absl::StatusCodeToString(s.code())
+                     << " (" << s.message() << ")";
+    return false;
+  }
+  return ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
+                                       result_listener);
+}
+
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort();
+std::vector<std::string> FreeEndpoints(int count);
+
+// A fresh directory under the test's temp dir, removed at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  // Writes `text` to path()/name and returns the full path.
+  std::string Write(const std::string& name, const std::string& text) const;
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;   // 124 when the time limit killed it
+  std::string output;   // stdout and stderr together
+  double seconds = 0;
+};
+
+// Runs `args` (args[0] is the program) with a time limit; never throws.
+CommandResult RunCommand(const std::vector<std::string>& args,
+                         std::chrono::seconds limit);
+
+// The built hetps binary and the source tree.
+std::string HetpsBinary();
+std::string SourcePath(const std::string& relative);
+
+// `hetps server` processes for a config file whose cluster.ps_endpoints are
+// set. Start() returns once every server printed its listening line. The
+// children are killed when this object goes away.
+class ServerProcesses {
+ public:
+  ServerProcesses();
+  ::testing::AssertionResult Start(const std::string& config_path, int count,
+                                   std::chrono::seconds limit,
+                                   const std::vector<std::string>& extra = {});
+  ProcessGroup& group() { return group_; }
+
+ private:
+  std::atomic<int> listening_{0};
+  ProcessGroup group_;
+};
+
+}  // namespace hetps::testing

@@ -1,0 +1,293 @@
+#include "table/sparse_table.h"
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetps/config.h"
+#include "table/initializer.h"
+#include "table/optimizer.h"
+
+namespace hetps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::FloatEq;
+
+TableConfig MakeConfig(uint64_t dim, const std::string& optimizer,
+                       const std::string& init, float lr = 0.5f,
+                       uint64_t seed = 2026) {
+  TableConfig config;
+  config.name = "emb";
+  config.kind = TableKind::kSparse;
+  config.dim = dim;
+  config.optimizer.type = optimizer;
+  config.optimizer.learning_rate = lr;
+  config.init.type = init;
+  config.init.scale = 0.5f;
+  config.init.seed = seed;
+  return config;
+}
+
+std::unique_ptr<SparseTable> MakeTable(const TableConfig& config,
+                                       int stripes = 8) {
+  auto opt = Optimizer::Create(config.optimizer);
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  return std::make_unique<SparseTable>(config, std::move(*opt), stripes);
+}
+
+std::vector<float> PullAll(SparseTable& table,
+                           const std::vector<uint64_t>& keys) {
+  std::vector<float> out(keys.size() * table.dim(), -123.0f);
+  table.Pull(keys, out);
+  return out;
+}
+
+TEST(SparseTableTest, RowsStartFromTheDeterministicInitializer) {
+  const TableConfig config = MakeConfig(4, "sgd", "uniform");
+  // Different stripe counts and key orders: placement must not matter.
+  auto a = MakeTable(config, 8);
+  auto b = MakeTable(config, 1);
+  const std::vector<uint64_t> keys = {1, 42, uint64_t{1} << 40, ~uint64_t{0}};
+  const std::vector<uint64_t> reversed(keys.rbegin(), keys.rend());
+  EXPECT_EQ(a->size(), 0u);
+  const std::vector<float> from_a = PullAll(*a, keys);
+  const std::vector<float> from_b = PullAll(*b, reversed);
+  EXPECT_EQ(a->size(), 4u);
+  EXPECT_EQ(b->size(), 4u);
+  for (size_t k = 0; k < keys.size(); ++k) {
+    for (uint64_t c = 0; c < 4; ++c) {
+      const float v = from_a[k * 4 + c];
+      EXPECT_EQ(v, InitialValue(config.init, keys[k], c));
+      EXPECT_EQ(v, from_b[(keys.size() - 1 - k) * 4 + c]);
+      EXPECT_GE(v, -0.5f);
+      EXPECT_LE(v, 0.5f);
+    }
+  }
+  // Columns of one row and rows of one column differ.
+  EXPECT_NE(from_a[0], from_a[1]);
+  EXPECT_NE(from_a[0], from_a[4]);
+
+  auto other_seed = MakeTable(MakeConfig(4, "sgd", "uniform", 0.5f, 7));
+  const std::vector<float> from_other = PullAll(*other_seed, keys);
+  int same = 0;
+  for (size_t i = 0; i < from_a.size(); ++i) same += from_a[i] == from_other[i];
+  EXPECT_EQ(same, 0);
+}
+
+TEST(SparseTableTest, ZeroInitGivesZeros) {
+  auto table = MakeTable(MakeConfig(3, "adagrad", "zero"));
+  EXPECT_THAT(PullAll(*table, {5, 6}), ::testing::Each(0.0f));
+}
+
+TEST(SparseTableTest, InitializerDistributionsHaveTheirScale) {
+  InitializerConfig uniform{"uniform", 0.25f, 11};
+  InitializerConfig normal{"normal", 0.1f, 11};
+  const int n = 200000;
+  double u_sum = 0, u_sq = 0, n_sum = 0, n_sq = 0;
+  float u_min = 1, u_max = -1;
+  for (int i = 0; i < n; ++i) {
+    // Structured keys (one column of consecutive ids) are the hard case.
+    const float u = InitialValue(uniform, static_cast<uint64_t>(i), 3);
+    const float g = InitialValue(normal, static_cast<uint64_t>(i), 3);
+    u_min = std::min(u_min, u);
+    u_max = std::max(u_max, u);
+    u_sum += u;
+    u_sq += double{u} * u;
+    n_sum += g;
+    n_sq += double{g} * g;
+  }
+  EXPECT_GE(u_min, -0.25f);
+  EXPECT_LE(u_max, 0.25f);
+  EXPECT_LT(u_min, -0.249f);
+  EXPECT_GT(u_max, 0.249f);
+  EXPECT_NEAR(u_sum / n, 0.0, 0.002);
+  // Var of U[-s, s] is s²/3.
+  EXPECT_NEAR(u_sq / n, 0.25 * 0.25 / 3, 0.0005);
+  EXPECT_NEAR(n_sum / n, 0.0, 0.001);
+  EXPECT_NEAR(std::sqrt(n_sq / n), 0.1, 0.001);
+  EXPECT_EQ(InitialValue({"zero", 0.25f, 11}, 123, 0), 0.0f);
+}
+
+TEST(SparseTableTest, PullOfDuplicateKeysCreatesOneRow) {
+  auto table = MakeTable(MakeConfig(2, "sgd", "uniform"));
+  const std::vector<float> out = PullAll(*table, {7, 7, 9, 7});
+  EXPECT_EQ(table->size(), 2u);
+  EXPECT_THAT(std::vector<float>(out.begin() + 2, out.begin() + 4),
+              ElementsAre(out[0], out[1]));
+  EXPECT_THAT(std::vector<float>(out.begin() + 6, out.begin() + 8),
+              ElementsAre(out[0], out[1]));
+  EXPECT_NE(out[4], out[0]);
+}
+
+TEST(SparseTableTest, PushAppliesSgdExactly) {
+  auto table = MakeTable(MakeConfig(2, "sgd", "zero", 0.5f));
+  // w -= 0.5 g from 0: key 3 → [-0.5, -1], key 5 → [2, -0.25].
+  table->Push(std::vector<uint64_t>{3, 5},
+              std::vector<float>{1.0f, 2.0f, -4.0f, 0.5f});
+  EXPECT_THAT(PullAll(*table, {3, 5}), ElementsAre(-0.5f, -1.0f, 2.0f, -0.25f));
+  // Second push to key 5 only: [2 - 0.5, -0.25 + 0.25] = [1.5, 0].
+  table->Push(std::vector<uint64_t>{5}, std::vector<float>{1.0f, -0.5f});
+  std::vector<float> row(2);
+  ASSERT_TRUE(table->Lookup(5, row));
+  EXPECT_THAT(row, ElementsAre(1.5f, 0.0f));
+  ASSERT_TRUE(table->Lookup(3, row));
+  EXPECT_THAT(row, ElementsAre(-0.5f, -1.0f));
+}
+
+TEST(SparseTableTest, PushCreatesMissingRowsFromTheirInitialValue) {
+  const TableConfig config = MakeConfig(1, "sgd", "uniform", 0.5f);
+  auto table = MakeTable(config);
+  table->Push(std::vector<uint64_t>{77}, std::vector<float>{0.25f});
+  std::vector<float> row(1);
+  ASSERT_TRUE(table->Lookup(77, row));
+  EXPECT_THAT(row[0], FloatEq(InitialValue(config.init, 77, 0) - 0.125f));
+}
+
+TEST(SparseTableTest, OptimizerStateIsKeptPerRow) {
+  // adagrad, lr 0.5, a0 0, eps 1e-8 (negligible), zero init:
+  // key 1 gets g = 3 then g = 4: a = 9 → w = -0.5*3/3 = -0.5;
+  //   a = 25 → w = -0.5 - 0.5*4/5 = -0.9.
+  // key 2 gets g = 4 once: a = 16 → w = -0.5*4/4 = -0.5 (not sharing key 1's
+  //   accumulator, which would give -0.4).
+  TableConfig config = MakeConfig(1, "adagrad", "zero", 0.5f);
+  config.optimizer.initial_accumulator = 0.0f;
+  auto table = MakeTable(config, 1);
+  table->Push(std::vector<uint64_t>{1}, std::vector<float>{3.0f});
+  table->Push(std::vector<uint64_t>{1, 2}, std::vector<float>{4.0f, 4.0f});
+  const std::vector<float> out = PullAll(*table, {1, 2});
+  EXPECT_NEAR(out[0], -0.9f, 1e-6);
+  EXPECT_NEAR(out[1], -0.5f, 1e-6);
+}
+
+TEST(SparseTableTest, LookupDoesNotCreate) {
+  auto table = MakeTable(MakeConfig(3, "sgd", "uniform"));
+  std::vector<float> row(3, 9.0f);
+  EXPECT_FALSE(table->Lookup(10, row));
+  EXPECT_THAT(row, ::testing::Each(9.0f));
+  EXPECT_EQ(table->size(), 0u);
+  const std::vector<float> pulled = PullAll(*table, {10});
+  ASSERT_TRUE(table->Lookup(10, row));
+  EXPECT_EQ(row, pulled);
+  EXPECT_EQ(table->size(), 1u);
+}
+
+TEST(SparseTableTest, ForEachRowVisitsEveryRowOnce) {
+  auto table = MakeTable(MakeConfig(2, "sgd", "zero", 1.0f), 4);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 100; ++k) keys.push_back(k * 1000003);
+  PullAll(*table, keys);
+  // Keys divisible by 2·1000003 get one push of [0.25, -0.5], so they read
+  // [-0.25, 0.5] with count 1; the rest stay [0, 0] with count 0.
+  std::vector<uint64_t> pushed;
+  for (uint64_t k = 0; k < 100; k += 2) pushed.push_back(k * 1000003);
+  std::vector<float> grads;
+  for (size_t i = 0; i < pushed.size(); ++i) {
+    grads.push_back(0.25f);
+    grads.push_back(-0.5f);
+  }
+  table->Push(pushed, grads);
+
+  std::map<uint64_t, std::pair<std::vector<float>, uint64_t>> seen;
+  table->ForEachRow(
+      [&](uint64_t key, std::span<const float> w, uint64_t updates) {
+        EXPECT_EQ(w.size(), 2u);
+        EXPECT_TRUE(
+            seen.emplace(key, std::make_pair(std::vector<float>(w.begin(),
+                                                                w.end()),
+                                             updates))
+                .second)
+            << "visited twice: " << key;
+      });
+  ASSERT_EQ(seen.size(), 100u);
+  for (uint64_t k = 0; k < 100; ++k) {
+    const auto& [w, updates] = seen.at(k * 1000003);
+    if (k % 2 == 0) {
+      EXPECT_THAT(w, ElementsAre(-0.25f, 0.5f));
+      EXPECT_EQ(updates, 1u);
+    } else {
+      EXPECT_THAT(w, ElementsAre(0.0f, 0.0f));
+      EXPECT_EQ(updates, 0u);
+    }
+  }
+}
+
+TEST(SparseTableTest, ConcurrentPushesLoseNoUpdates) {
+  auto table = MakeTable(MakeConfig(2, "sgd", "zero", 1.0f), 16);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 200;
+  constexpr uint64_t kKeys = 1000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Each thread covers an overlapping window of keys, in its own order,
+      // and pulls in between so readers race the writers too.
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < kKeys; ++k) {
+        keys.push_back((k * 7 + static_cast<uint64_t>(t) * 131) % kKeys);
+      }
+      const std::vector<float> grads(2 * kKeys, 0.25f);
+      std::vector<float> out(2 * kKeys);
+      for (int r = 0; r < kRounds; ++r) {
+        table->Push(keys, grads);
+        if (r % 50 == 0) table->Pull(keys, out);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(table->size(), kKeys);
+  // Sums of 0.25 stay exact in float: every row is -0.25 * 4 * 200 = -200.
+  std::vector<uint64_t> all;
+  for (uint64_t k = 0; k < kKeys; ++k) all.push_back(k);
+  EXPECT_THAT(PullAll(*table, all), ::testing::Each(-200.0f));
+  uint64_t rows = 0;
+  table->ForEachRow([&](uint64_t, std::span<const float>, uint64_t updates) {
+    EXPECT_EQ(updates, uint64_t{kThreads * kRounds});
+    ++rows;
+  });
+  EXPECT_EQ(rows, kKeys);
+}
+
+TEST(SparseTableTest, ManyKeysAcrossStripes) {
+  auto table = MakeTable(MakeConfig(1, "sgd", "zero", 1.0f), 64);
+  // Half random 64-bit ids, half structured (field << 32 | id), which must
+  // not pile onto a few stripes or collide with each other.
+  constexpr size_t kCount = 300000;
+  std::vector<uint64_t> keys;
+  std::mt19937_64 rng(5);
+  for (size_t i = 0; i < kCount / 2; ++i) keys.push_back(rng() | 1);
+  for (size_t i = 0; i < kCount / 2; ++i) {
+    keys.push_back((uint64_t{i % 8} << 32 | (i / 8)) << 1);  // even: distinct
+  }
+  std::vector<float> grads(kCount);
+  for (size_t i = 0; i < kCount; ++i) grads[i] = static_cast<float>(i % 8) * 0.25f;
+  table->Push(keys, grads);
+  EXPECT_EQ(table->size(), kCount);
+
+  const std::vector<float> out = PullAll(*table, keys);
+  size_t wrong = 0;
+  for (size_t i = 0; i < kCount; ++i) wrong += out[i] != -grads[i];
+  EXPECT_EQ(wrong, 0u);
+
+  uint64_t rows = 0;
+  double sum = 0;
+  table->ForEachRow([&](uint64_t, std::span<const float> w, uint64_t updates) {
+    ++rows;
+    sum += w[0];
+    EXPECT_EQ(updates, 1u);
+  });
+  EXPECT_EQ(rows, kCount);
+  // Σ over i of (i % 8) * 0.25 = 37500 cycles * 7 = 262500.
+  EXPECT_EQ(sum, -262500.0);
+}
+
+}  // namespace
+}  // namespace hetps
