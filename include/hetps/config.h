@@ -83,22 +83,37 @@ struct ClientOptions {
   double heartbeat_interval_s = 1.0;
 };
 
-// Synthetic logistic-regression data used until the data readers land.
-struct SyntheticDataConfig {
+// Where samples come from and how they are split (data/reader.h).
+struct DataConfig {
+  // synthetic | movielens | criteo | libsvm | libfm
+  std::string format = "synthetic";
+  // movielens: the directory holding ratings.csv, movies.csv, tags.csv;
+  // criteo, libsvm, libfm: the file.
+  std::string path;
+  double test_fraction = 0.1;  // records hashed into the test split
+  uint64_t split_seed = 1;
+  double max_bad_fraction = 0.05;  // more malformed records stop the job
+  bool movielens_tags = false;     // movielens: tags as a fourth slot
+  int libfm_slots = 0;             // libfm ("label slot:index:value"): slots
+  // synthetic: an in-memory LR teacher, no file needed.
   uint64_t train_samples = 40000;
   uint64_t test_samples = 5000;
-  int fields = 8;                // categorical fields per sample
+  int fields = 8;                 // categorical fields per sample
   uint64_t ids_per_field = 1000;  // distinct ids in each field
   uint64_t seed = 7;
 };
 
 struct TrainConfig {
-  std::string model = "lr";
+  std::string model = "lr";  // lr | fm | deepfm | none (no built-in trainer)
   int epochs = 2;
   int batch_size = 256;
-  OptimizerConfig optimizer;
-  InitializerConfig init;
-  SyntheticDataConfig data;
+  int embedding_dim = 8;                      // fm, deepfm
+  std::vector<int> hidden = {400, 400, 400};  // deepfm MLP layer widths
+  OptimizerConfig optimizer;                  // the sparse table
+  OptimizerConfig dense_optimizer = {.type = "adam", .learning_rate = 0.001f};
+  InitializerConfig init;  // sparse rows (dense weights: the model's own)
+  DataConfig data;
+  int eval_every_epochs = 1;  // rank 0 evaluates then and at the end
 };
 
 struct JobConfig {

@@ -40,6 +40,8 @@ namespace {
 constexpr absl::string_view kOptimizerTypes[] = {"sgd", "adagrad", "adam",
                                                  "ftrl"};
 constexpr absl::string_view kInitializerTypes[] = {"zero", "uniform", "normal"};
+constexpr absl::string_view kDataFormats[] = {"synthetic", "movielens",
+                                              "criteo", "libsvm", "libfm"};
 constexpr absl::string_view kLogLevels[] = {"trace", "debug", "info", "warn",
                                             "error"};
 
@@ -109,7 +111,14 @@ void Fields(ClientOptions& c, Visit&& visit) {
 }
 
 template <typename Visit>
-void Fields(SyntheticDataConfig& c, Visit&& visit) {
+void Fields(DataConfig& c, Visit&& visit) {
+  visit("format", c.format);
+  visit("path", c.path);
+  visit("test_fraction", c.test_fraction);
+  visit("split_seed", c.split_seed);
+  visit("max_bad_fraction", c.max_bad_fraction);
+  visit("movielens_tags", c.movielens_tags);
+  visit("libfm_slots", c.libfm_slots);
   visit("train_samples", c.train_samples);
   visit("test_samples", c.test_samples);
   visit("fields", c.fields);
@@ -122,9 +131,13 @@ void Fields(TrainConfig& c, Visit&& visit) {
   visit("model", c.model);
   visit("epochs", c.epochs);
   visit("batch_size", c.batch_size);
+  visit("embedding_dim", c.embedding_dim);
+  visit("hidden", c.hidden);
   visit("optimizer", c.optimizer);
+  visit("dense_optimizer", c.dense_optimizer);
   visit("init", c.init);
   visit("data", c.data);
+  visit("eval_every_epochs", c.eval_every_epochs);
 }
 
 template <typename Visit>
@@ -161,6 +174,8 @@ struct DecodeContext {
 // unnamed namespace).
 absl::Status Decode(const YAML::Node& node, const std::string& path,
                     const DecodeContext& ctx, std::string& out);
+absl::Status Decode(const YAML::Node& node, const std::string& path,
+                    const DecodeContext& ctx, bool& out);
 template <typename Int>
 requires(std::is_integral_v<Int> && !std::is_same_v<Int, bool>) absl::Status
     Decode(const YAML::Node& node, const std::string& path,
@@ -226,6 +241,15 @@ absl::Status Decode(const YAML::Node& node, const std::string& path,
   if (!node.IsScalar()) return TypeError(path, "a string", node);
   out = node.Scalar();
   return absl::OkStatus();
+}
+
+absl::Status Decode(const YAML::Node& node, const std::string& path,
+                    const DecodeContext&, bool& out) {
+  if (node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false")) {
+    out = node.Scalar() == "true";
+    return absl::OkStatus();
+  }
+  return TypeError(path, "true or false", node);
 }
 
 template <typename Int>
@@ -582,7 +606,35 @@ absl::Status ValidateTrain(const TrainConfig& train) {
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("train.epochs", train.epochs, 1));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("train.batch_size", train.batch_size, 1));
   CONFIG_RETURN_IF_ERROR(ValidateOptimizer("train.optimizer", train.optimizer));
+  CONFIG_RETURN_IF_ERROR(
+      ValidateOptimizer("train.dense_optimizer", train.dense_optimizer));
   CONFIG_RETURN_IF_ERROR(ValidateInit("train.init", train.init));
+  CONFIG_RETURN_IF_ERROR(
+      CheckAtLeast("train.embedding_dim", train.embedding_dim, 1));
+  for (size_t i = 0; i < train.hidden.size(); ++i) {
+    CONFIG_RETURN_IF_ERROR(
+        CheckAtLeast(IndexPath("train.hidden", i), train.hidden[i], 1));
+  }
+  CONFIG_RETURN_IF_ERROR(
+      CheckAtLeast("train.eval_every_epochs", train.eval_every_epochs, 1));
+  CONFIG_RETURN_IF_ERROR(CheckOneOf("train.data.format", "format",
+                                    train.data.format, kDataFormats));
+  if (train.data.format != "synthetic" && train.data.path.empty()) {
+    return Invalid("train.data.path: format '", train.data.format,
+                   "' needs a path");
+  }
+  if (!(train.data.test_fraction >= 0 && train.data.test_fraction < 1)) {
+    return Invalid("train.data.test_fraction: must be in [0, 1), got ",
+                   train.data.test_fraction);
+  }
+  if (!(train.data.max_bad_fraction >= 0 && train.data.max_bad_fraction <= 1)) {
+    return Invalid("train.data.max_bad_fraction: must be in [0, 1], got ",
+                   train.data.max_bad_fraction);
+  }
+  if (train.data.format == "libfm") {
+    CONFIG_RETURN_IF_ERROR(
+        CheckAtLeast("train.data.libfm_slots", train.data.libfm_slots, 1));
+  }
   CONFIG_RETURN_IF_ERROR(CheckAtLeast<uint64_t>("train.data.train_samples",
                                                 train.data.train_samples, 1));
   CONFIG_RETURN_IF_ERROR(

@@ -16,7 +16,7 @@ constexpr uint64_t kTestStream = 2;
 
 }  // namespace
 
-SyntheticLrData::SyntheticLrData(const SyntheticDataConfig& config)
+SyntheticLrData::SyntheticLrData(const DataConfig& config)
     : config_(config) {}
 
 float SyntheticLrData::TrainSample(uint64_t index,

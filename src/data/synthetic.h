@@ -14,7 +14,7 @@ namespace hetps {
 
 class SyntheticLrData {
  public:
-  explicit SyntheticLrData(const SyntheticDataConfig& config);
+  explicit SyntheticLrData(const DataConfig& config);
 
   int fields() const { return config_.fields; }
   uint64_t train_size() const { return config_.train_samples; }
@@ -28,7 +28,7 @@ class SyntheticLrData {
  private:
   float Sample(uint64_t stream, uint64_t index, std::span<uint64_t> keys) const;
 
-  const SyntheticDataConfig config_;
+  const DataConfig config_;
 };
 
 }  // namespace hetps

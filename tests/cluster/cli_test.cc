@@ -6,6 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <signal.h>
+
+#include <atomic>
+
 #include "nlohmann/json.hpp"
 #include "support/test_support.h"
 
@@ -92,6 +96,56 @@ TEST(CliTest, QuickstartTrainsAndWritesTheSummary) {
   // student learns it well; a broken update rule stays near 0.5.
   EXPECT_GT(j["test_auc"].get<double>(), 0.75);
   EXPECT_LT(j["test_logloss"].get<double>(), 0.62);
+}
+
+TEST(CliTest, LaunchFailsWhenARoleFails) {
+  // Model 'none' has no built-in trainer, so every worker exits with 1.
+  TempDir dir;
+  const std::string path = dir.Write(
+      "job.yaml",
+      "cluster: {servers: 1, workers: 2}\ntrain: {model: none}\n"
+      "tables:\n  - {name: t, kind: sparse, dim: 2}\n");
+  const auto result = RunCommand({testing::HetpsBinary(), "launch", path},
+                                 std::chrono::seconds(60));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("failed with exit code 1"));
+  EXPECT_THAT(result.output, HasSubstr("has no built-in trainer"));
+}
+
+TEST(CliTest, CtrlCStopsEveryRoleAndExits130) {
+  TempDir dir;
+  // Enough data that the job is still running when the interrupt comes.
+  const std::string path = dir.Write(
+      "job.yaml",
+      "cluster: {servers: 2, workers: 2}\n"
+      "train: {epochs: 50, data: {train_samples: 400000}}\n");
+  std::atomic<bool> training{false};
+  ProcessGroup group([&](const std::string& label, const std::string& line) {
+    if (label == "launch" && line.find("step") != std::string::npos) {
+      training = true;
+    }
+  });
+  auto pid = group.Spawn("launch", {testing::HetpsBinary(), "launch", path});
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!training && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_FALSE(group.WaitAny(std::chrono::milliseconds(100)).has_value())
+        << "the launch ended before it was interrupted";
+  }
+  ASSERT_TRUE(training) << "no progress line within 60 s";
+  kill(*pid, SIGINT);
+  std::optional<ChildExit> exit;
+  while (!exit && std::chrono::steady_clock::now() < deadline) {
+    exit = group.WaitAny(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(exit.has_value()) << "launch did not stop after SIGINT";
+  EXPECT_EQ(exit->exit_code, 130);
+  // Every role is gone. (The pattern's brackets keep it from matching the
+  // command line of the pgrep call itself.)
+  const auto ps = RunCommand(
+      {"pgrep", "-f", "hetps [sw][eo]r[vk]er --config " + path},
+      std::chrono::seconds(5));
+  EXPECT_EQ(ps.exit_code, 1) << "still running: " << ps.output;
 }
 
 }  // namespace

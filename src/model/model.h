@@ -1,0 +1,74 @@
+// Model: forward and backward of a CTR model over a Batch, on parameters
+// pulled from the servers. Every model keeps its parameters in exactly two
+// tables so that a training step is one sparse pull, one dense pull and one
+// push:
+//   - a sparse table of rows of row_dim() floats per feature key (first-order
+//     weight and/or embedding), and
+//   - a dense table of dense_size() floats (bias, MLP weights).
+//
+// Samples are field-aware: the keys of one slot are mean-pooled into one
+// slot vector (a multi-valued slot such as genres becomes the average of its
+// rows; an empty slot contributes zeros).
+//
+// Loss is the mean binary cross-entropy over the batch (sigmoid output).
+// Gradients are those of that mean, so a server that averages pushes by batch
+// size recovers the gradient of the global batch.
+//
+// Thread-compatible: a Model holds only its shape; call it from one thread
+// or give each thread its own scratch (Train/Predict allocate nothing
+// persistent).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/batch.h"
+#include "hetps/config.h"
+
+namespace hetps {
+
+// The parameters of one batch, as pulled: `row_of_key[j]` is the row in
+// `rows` (row-major, row_dim() floats each) of batch.keys[j].
+struct BatchParams {
+  std::span<const uint32_t> row_of_key;
+  std::span<const float> rows;
+  std::span<const float> dense;
+};
+
+class Model {
+ public:
+  // INVALID_ARGUMENT naming the field for a bad shape (unknown
+  // train.model, embedding_dim < 1, empty/zero hidden layer...).
+  // `num_slots`/`num_dense` come from the data reader.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const TrainConfig& train,
+                                                       int num_slots,
+                                                       int num_dense);
+  virtual ~Model() = default;
+
+  virtual const char* name() const = 0;
+  virtual uint64_t row_dim() const = 0;
+  virtual uint64_t dense_size() const = 0;
+
+  // The two tables with their configured optimizers and initialisers; table
+  // names are the model's (e.g. "deepfm_emb", "deepfm_dense").
+  virtual std::vector<TableConfig> Tables() const = 0;
+
+  // Writes the predicted click probability of each sample into `p`
+  // (batch.size() floats).
+  virtual void Predict(const Batch& batch, const BatchParams& params,
+                       std::span<float> p) const = 0;
+
+  // Predicts (into `p`) and computes the gradient of the mean logloss:
+  // `row_grads` (same layout as params.rows, zeroed by the callee) and
+  // `dense_grad` (dense_size() floats, zeroed by the callee). Returns the
+  // summed (not mean) logloss of the batch.
+  virtual double Train(const Batch& batch, const BatchParams& params,
+                       std::span<float> p, std::span<float> row_grads,
+                       std::span<float> dense_grad) const = 0;
+};
+
+}  // namespace hetps
