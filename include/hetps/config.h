@@ -121,7 +121,7 @@ struct JobConfig {
   ClusterConfig cluster;
   ConsistencyMode mode = ConsistencyMode::kSync;
   int window = 0;  // semi_async; 0 = choose from throughputs
-  // Tables of the job. When empty, the model's tables are used.
+  // Tables of the job. When empty, the model's own (ResolveModelTables).
   std::vector<TableConfig> tables;
   ServerOptions server;
   ClientOptions client;
@@ -133,7 +133,8 @@ struct JobConfig {
 };
 
 // Checks every field; the error names the field ("cluster.workers: must be
-// >= 1, got 0"). Fills derived values (tables from the model).
+// >= 1, got 0"). A built-in model's tables are filled in afterwards by
+// ResolveModelTables (model/model.h).
 absl::Status ValidateJobConfig(JobConfig& config);
 
 // Parses a YAML document. Unknown fields are errors naming the field path.

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "config/environment.h"
 #include "hetps/config.h"
 #include "hetps/version.h"
+#include "model/model.h"
 
 namespace {
 
@@ -49,16 +51,32 @@ int ConfigError(const std::string& message) {
 // environment; validated once.
 absl::StatusOr<hetps::JobConfig> BuildConfig(
     const std::string& path, const std::vector<std::string>& overrides) {
+  namespace fs = std::filesystem;
   hetps::JobConfig config;
+  std::string& data_path = config.train.data.path;
   if (!path.empty()) {
     auto loaded = hetps::LoadJobConfigFile(path);
     if (!loaded.ok()) return loaded.status();
     config = *std::move(loaded);
+    // A data path in a config file is relative to that file, so a job runs
+    // the same from any directory.
+    if (!data_path.empty() && fs::path(data_path).is_relative()) {
+      data_path = (fs::absolute(path).parent_path() / data_path)
+                      .lexically_normal()
+                      .string();
+    }
   }
   for (const std::string& o : overrides) {
     if (auto s = hetps::ApplyOverride(config, o); !s.ok()) return s;
   }
+  // One given with --set is relative to the working directory.
+  if (!data_path.empty()) data_path = fs::absolute(data_path).string();
   return config;
+}
+
+absl::Status ValidateAndResolve(hetps::JobConfig& config) {
+  if (auto s = hetps::ValidateJobConfig(config); !s.ok()) return s;
+  return hetps::ResolveModelTables(config);
 }
 
 }  // namespace
@@ -91,6 +109,14 @@ int main(int argc, char** argv) {
                      "rank of this role (else from the environment)");
   }
 
+  auto* gen = app.add_subcommand(
+      "gen-data", "write Criteo-format data drawn from a hidden teacher model");
+  hetps::CriteoGenConfig gen_config;
+  std::string gen_out;
+  gen->add_option("--out", gen_out, "output file (TSV)")->required();
+  gen->add_option("--samples", gen_config.samples, "number of samples");
+  gen->add_option("--seed", gen_config.seed, "seed of teacher and samples");
+
   auto* status = app.add_subcommand("status", "show a running job");
   status->add_option("--coordinator", coordinator,
                      "host:port of server 0")->required();
@@ -104,12 +130,13 @@ int main(int argc, char** argv) {
   }
 
   if (*status) return hetps::RunStatus(coordinator, json);
+  if (*gen) return hetps::RunGenData(gen_config, gen_out);
 
   auto config = BuildConfig(config_path, overrides);
   if (!config.ok()) return ConfigError(std::string(config.status().message()));
 
   if (*launch) {
-    if (auto s = hetps::ValidateJobConfig(*config); !s.ok()) {
+    if (auto s = ValidateAndResolve(*config); !s.ok()) {
       return ConfigError(std::string(s.message()));
     }
     hetps::SetupLogging(config->log_level, "launch");
@@ -125,7 +152,7 @@ int main(int argc, char** argv) {
   auto assigned = hetps::ApplyPaddleEnvironment(*config, std::getenv);
   if (!assigned.ok()) return ConfigError(std::string(assigned.status().message()));
   if (rank < 0) rank = assigned->rank;
-  if (auto s = hetps::ValidateJobConfig(*config); !s.ok()) {
+  if (auto s = ValidateAndResolve(*config); !s.ok()) {
     return ConfigError(std::string(s.message()));
   }
   const bool is_server = server->parsed();

@@ -216,15 +216,21 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
                     workers);
       return kExitFailure;
     }
+    uint64_t malformed = 0;
     for (auto& [rank, r] : reports) {
       samples += r["samples"].get<uint64_t>();
+      malformed += r.value("malformed_records", uint64_t{0});
       train_s = std::max(train_s, r["train_s"].get<double>());
     }
+    summary["malformed_records"] = malformed;
+    summary["model"] = config.train.model;
+    summary["data"] = config.train.data.format;
     summary["samples"] = samples;
     summary["samples_per_s"] = train_s > 0 ? samples / train_s : 0.0;
     if (reports[0].contains("test_auc")) {
       summary["test_auc"] = reports[0]["test_auc"];
       summary["test_logloss"] = reports[0]["test_logloss"];
+      summary["evals"] = reports[0]["evals"];
     }
   }
   std::printf(
@@ -244,6 +250,31 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       return kExitFailure;
     }
   }
+  return kExitOk;
+}
+
+int RunGenData(const CriteoGenConfig& config, const std::string& path) {
+  const auto start = Clock::now();
+  auto report = GenerateCriteo(config, path);
+  if (!report.ok()) {
+    std::fprintf(stderr, "hetps gen-data: %s\n",
+                 std::string(report.status().message()).c_str());
+    return kExitFailure;
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf(
+      "wrote %llu samples (%.1f%% positive) to %s in %.1f s\n"
+      "teacher AUC %.4f: the best AUC any model can reach on this data\n",
+      static_cast<unsigned long long>(report->samples),
+      100.0 * report->positives / std::max<uint64_t>(report->samples, 1),
+      path.c_str(), seconds, report->teacher_auc);
+  std::printf("%s\n", nlohmann::json({{"samples", report->samples},
+                                      {"positives", report->positives},
+                                      {"teacher_auc", report->teacher_auc},
+                                      {"path", path}})
+                           .dump()
+                           .c_str());
   return kExitOk;
 }
 

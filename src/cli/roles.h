@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data/criteo_gen.h"
 #include "hetps/config.h"
 
 namespace hetps {
@@ -35,6 +36,10 @@ struct LaunchOptions {
 // workers, one process each; gathers their output; stops everything on
 // Ctrl-C or when the workers are done. Non-zero when any role failed.
 int RunLaunch(JobConfig config, const LaunchOptions& options);
+
+// Writes generated Criteo-format data to `path` and prints the teacher's
+// AUC on it (the best any model can reach) as text and one JSON line.
+int RunGenData(const CriteoGenConfig& config, const std::string& path);
 
 // Prints the coordinator's view of a running job.
 int RunStatus(const std::string& coordinator_endpoint, bool json);

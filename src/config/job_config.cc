@@ -28,7 +28,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "config/model_tables.h"
 #include "hetps/config.h"
 #include "yaml-cpp/yaml.h"
 
@@ -40,6 +39,9 @@ namespace {
 constexpr absl::string_view kOptimizerTypes[] = {"sgd", "adagrad", "adam",
                                                  "ftrl"};
 constexpr absl::string_view kInitializerTypes[] = {"zero", "uniform", "normal"};
+// Built-in models (src/model/), plus "none" for jobs whose own code drives
+// the PsClient API.
+constexpr absl::string_view kModels[] = {"lr", "fm", "deepfm", "none"};
 constexpr absl::string_view kDataFormats[] = {"synthetic", "movielens",
                                               "criteo", "libsvm", "libfm"};
 constexpr absl::string_view kLogLevels[] = {"trace", "debug", "info", "warn",
@@ -617,6 +619,8 @@ absl::Status ValidateTrain(const TrainConfig& train) {
   }
   CONFIG_RETURN_IF_ERROR(
       CheckAtLeast("train.eval_every_epochs", train.eval_every_epochs, 1));
+  CONFIG_RETURN_IF_ERROR(
+      CheckOneOf("train.model", "model", train.model, kModels));
   CONFIG_RETURN_IF_ERROR(CheckOneOf("train.data.format", "format",
                                     train.data.format, kDataFormats));
   if (train.data.format != "synthetic" && train.data.path.empty()) {
@@ -644,10 +648,6 @@ absl::Status ValidateTrain(const TrainConfig& train) {
   return absl::OkStatus();
 }
 
-const char* KindName(TableKind kind) {
-  return kind == TableKind::kSparse ? "sparse" : "dense";
-}
-
 absl::Status ValidateTables(const std::vector<TableConfig>& tables) {
   for (size_t i = 0; i < tables.size(); ++i) {
     const std::string path = IndexPath("tables", i);
@@ -668,55 +668,6 @@ absl::Status ValidateTables(const std::vector<TableConfig>& tables) {
   return absl::OkStatus();
 }
 
-// A job that lists its tables must still provide the ones its model trains
-// (it may add more); otherwise the trainer would fail much later.
-absl::Status CheckModelTablesPresent(const std::string& model,
-                                     const std::vector<TableConfig>& needed,
-                                     const std::vector<TableConfig>& tables) {
-  for (const TableConfig& want : needed) {
-    size_t i = 0;
-    while (i < tables.size() && tables[i].name != want.name) ++i;
-    if (i == tables.size()) {
-      return Invalid("tables: model '", model, "' needs ", KindName(want.kind),
-                     " table '", want.name, "' (dim ", want.dim, ")");
-    }
-    const std::string path = IndexPath("tables", i);
-    if (tables[i].kind != want.kind) {
-      return Invalid(path, ".kind: model '", model, "' needs table '",
-                     want.name, "' to be ", KindName(want.kind));
-    }
-    if (tables[i].dim != want.dim) {
-      return Invalid(path, ".dim: model '", model, "' needs ", want.dim,
-                     " for table '", want.name, "', got ", tables[i].dim);
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The built-in models: name and the tables it trains.
-struct ModelSpec {
-  absl::string_view name;
-  std::vector<TableConfig> (*tables)(const TrainConfig& train);
-};
-
-std::vector<TableConfig> LrTables(const TrainConfig& train) {
-  return {
-      TableConfig{kLrWeightTable, TableKind::kSparse, 1, train.optimizer,
-                  train.init},
-      TableConfig{kLrBiasTable, TableKind::kDense, 1, train.optimizer,
-                  train.init},
-  };
-}
-
-// "none": the job's code drives the PsClient API itself (no built-in
-// trainer); the job's tables are exactly those listed.
-std::vector<TableConfig> NoTables(const TrainConfig&) { return {}; }
-
-constexpr std::array<ModelSpec, 2> kModels = {{
-    {"lr", &LrTables},
-    {"none", &NoTables},
-}};
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -736,20 +687,6 @@ const char* ConsistencyModeName(ConsistencyMode mode) {
 
 absl::StatusOr<ConsistencyMode> ParseConsistencyMode(const std::string& name) {
   return ParseMode(name, "mode");
-}
-
-std::vector<std::string> ModelNames() {
-  std::vector<std::string> names;
-  for (const ModelSpec& model : kModels) names.emplace_back(model.name);
-  return names;
-}
-
-absl::StatusOr<std::vector<TableConfig>> ModelTables(const TrainConfig& train) {
-  for (const ModelSpec& model : kModels) {
-    if (model.name == train.model) return model.tables(train);
-  }
-  return Invalid("train.model: unknown model '", train.model, "' (expected ",
-                 absl::StrJoin(ModelNames(), ", "), ")");
 }
 
 int JobConfig::num_servers() const {
@@ -774,16 +711,7 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("log_level", "level", config.log_level, kLogLevels));
 
-  absl::StatusOr<std::vector<TableConfig>> model_tables =
-      ModelTables(config.train);
-  if (!model_tables.ok()) return model_tables.status();
-  if (config.tables.empty()) {
-    config.tables = *std::move(model_tables);
-    return absl::OkStatus();
-  }
-  CONFIG_RETURN_IF_ERROR(ValidateTables(config.tables));
-  return CheckModelTablesPresent(config.train.model, *model_tables,
-                                 config.tables);
+  return ValidateTables(config.tables);
 }
 
 absl::StatusOr<JobConfig> ParseJobConfigYaml(const std::string& yaml_text) {

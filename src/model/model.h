@@ -72,3 +72,15 @@ class Model {
 };
 
 }  // namespace hetps
+
+namespace hetps {
+
+// Gives a job its tables: for a built-in model, the model's two tables
+// (shaped by ShapeOf(train.data)) when `tables` is empty, or a check that a
+// listed set contains them with the right kind and dim (extra tables are
+// allowed). train.model "none" (the caller drives PsClient itself) needs a
+// non-empty list. INVALID_ARGUMENT names the field. Call after
+// ValidateJobConfig, on every node, before any table is built.
+absl::Status ResolveModelTables(JobConfig& config);
+
+}  // namespace hetps

@@ -1,9 +1,9 @@
 #include "table/initializer.h"
 
+#include <xxhash.h>
+
 #include <cmath>
 #include <cstdint>
-
-#include <xxhash.h>
 
 namespace hetps {
 namespace {

@@ -2,8 +2,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
+
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +20,54 @@ namespace {
 
 // All rules work in float, element by element, in the order the formulas are
 // written, so tests can reproduce them by hand to ~1e-6.
+//
+// The element loops run four lanes at a time through a GCC/Clang vector
+// type: -O2 does not auto-vectorise loops of unknown length, and a scalar
+// sqrt must keep errno semantics, which rules out vectorising it anyway.
+// Lanes and the scalar tail apply the same operations in the same order, so
+// every element gets bit-for-bit the same result on either path.
+typedef float Float4 __attribute__((vector_size(16)));
+
+template <typename T>
+T Load(const float* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+template <typename T>
+void Store(float* p, T v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+template <typename T>
+T Splat(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return T{x, x, x, x};
+  }
+}
+
+float Sqrt(float x) { return std::sqrt(x); }
+
+Float4 Sqrt(Float4 x) {
+#if defined(__SSE__)
+  return _mm_sqrt_ps(x);
+#else
+  return Float4{std::sqrt(x[0]), std::sqrt(x[1]), std::sqrt(x[2]),
+                std::sqrt(x[3])};
+#endif
+}
+
+// Calls step(T{}, i) with T = Float4 for elements [i, i + 4), then with
+// T = float for the remaining elements one by one.
+template <typename Step>
+void Elementwise(uint64_t dim, Step step) {
+  uint64_t i = 0;
+  for (; i + 4 <= dim; i += 4) step(Float4{}, i);
+  for (; i < dim; ++i) step(float{}, i);
+}
 
 // w -= lr * g. No state.
 class Sgd final : public Optimizer {
@@ -26,7 +80,10 @@ class Sgd final : public Optimizer {
 
   void Update(float* w, float*, const float* g, uint64_t dim,
               uint64_t) const override {
-    for (uint64_t i = 0; i < dim; ++i) w[i] -= lr_ * g[i];
+    Elementwise(dim, [&](auto lanes, uint64_t i) {
+      using T = decltype(lanes);
+      Store(w + i, Load<T>(w + i) - Splat<T>(lr_) * Load<T>(g + i));
+    });
   }
 
  private:
@@ -48,10 +105,14 @@ class Adagrad final : public Optimizer {
 
   void Update(float* w, float* a, const float* g, uint64_t dim,
               uint64_t) const override {
-    for (uint64_t i = 0; i < dim; ++i) {
-      a[i] += g[i] * g[i];
-      w[i] -= lr_ * g[i] / (std::sqrt(a[i]) + eps_);
-    }
+    Elementwise(dim, [&](auto lanes, uint64_t i) {
+      using T = decltype(lanes);
+      const T gi = Load<T>(g + i);
+      const T ai = Load<T>(a + i) + gi * gi;
+      Store(a + i, ai);
+      Store(w + i,
+            Load<T>(w + i) - Splat<T>(lr_) * gi / (Sqrt(ai) + Splat<T>(eps_)));
+    });
   }
 
  private:
@@ -81,13 +142,19 @@ class Adam final : public Optimizer {
     const double t = static_cast<double>(step) + 1.0;
     const float c1 = static_cast<float>(1.0 - std::pow(double{b1_}, t));
     const float c2 = static_cast<float>(1.0 - std::pow(double{b2_}, t));
-    for (uint64_t i = 0; i < dim; ++i) {
-      m[i] = b1_ * m[i] + (1.0f - b1_) * g[i];
-      v[i] = b2_ * v[i] + (1.0f - b2_) * g[i] * g[i];
-      const float mhat = m[i] / c1;
-      const float vhat = v[i] / c2;
-      w[i] -= lr_ * mhat / (std::sqrt(vhat) + eps_);
-    }
+    Elementwise(dim, [&](auto lanes, uint64_t i) {
+      using T = decltype(lanes);
+      const T gi = Load<T>(g + i);
+      const T mi = Splat<T>(b1_) * Load<T>(m + i) + Splat<T>(1.0f - b1_) * gi;
+      const T vi =
+          Splat<T>(b2_) * Load<T>(v + i) + Splat<T>(1.0f - b2_) * gi * gi;
+      Store(m + i, mi);
+      Store(v + i, vi);
+      const T mhat = mi / Splat<T>(c1);
+      const T vhat = vi / Splat<T>(c2);
+      Store(w + i, Load<T>(w + i) -
+                       Splat<T>(lr_) * mhat / (Sqrt(vhat) + Splat<T>(eps_)));
+    });
   }
 
  private:
@@ -129,8 +196,8 @@ class Ftrl final : public Optimizer {
         w[i] = 0.0f;
       } else {
         const float sign = z[i] < 0.0f ? -1.0f : 1.0f;
-        w[i] = -(z[i] - sign * l1_) /
-               ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
+        w[i] =
+            -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
       }
     }
   }
@@ -158,8 +225,8 @@ absl::Status MustBeNonNegative(const char* field, float value) {
 
 absl::Status MustBeBeta(const char* field, float value) {
   if (value >= 0.0f && value < 1.0f) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "optimizer.", field, ": must be in [0, 1), got ", value));
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer.", field, ": must be in [0, 1), got ", value));
 }
 
 }  // namespace
@@ -181,7 +248,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
         MustBePositive("epsilon", config.epsilon),
         MustBeBeta("beta1", config.beta1), MustBeBeta("beta2", config.beta2),
         MustBeNonNegative("ftrl_beta", config.ftrl_beta),
-        MustBeNonNegative("l1", config.l1), MustBeNonNegative("l2", config.l2)}) {
+        MustBeNonNegative("l1", config.l1),
+        MustBeNonNegative("l2", config.l2)}) {
     if (!s.ok()) return s;
   }
   if (type == "sgd") return std::make_unique<Sgd>(config);

@@ -58,22 +58,25 @@ class SparseTable {
  private:
   struct Stripe;
   int StripeOf(uint64_t key) const;
-  // Adds the initialised row of `key` (whose mixed hash is `hash`), which
-  // `stripe` does not hold, and returns its slot. REQUIRES: stripe.mu held.
-  uint32_t CreateRow(Stripe& stripe, uint64_t key, uint64_t hash);
-  // Calls use(j, row block) for each of keys[0, count), all in `stripe`,
-  // creating missing rows, with index and rows prefetched ahead.
-  // REQUIRES: stripe.mu held.
-  template <typename Use>
-  void VisitRows(Stripe& stripe, const uint64_t* keys, uint32_t count,
-                 Use use);
+  // The row block of `slot`: dim weights, the optimizer state, then the
+  // 64-bit update count in the next two floats' bytes. REQUIRES: stripe.mu
+  // held, slot in use.
+  float* Row(const Stripe& stripe, uint32_t slot) const;
+  // Adds the initialised row of `key`, which `stripe` does not hold, and
+  // returns its slot. REQUIRES: stripe.mu held.
+  uint32_t CreateRow(Stripe& stripe, uint64_t key);
+  // Sets slots[j] to the slot of keys[j] for j < count, creating missing
+  // rows, with the index prefetched ahead. REQUIRES: stripe.mu held.
+  void LocateRows(Stripe& stripe, const uint64_t* keys, uint32_t count,
+                  uint32_t* slots);
 
   const TableConfig config_;
   const std::unique_ptr<Optimizer> optimizer_;
   const uint64_t state_width_;
-  // Floats per row block (key, update count, weights, optimizer state; see
-  // sparse_table.cc), even so that the 64-bit fields stay aligned.
+  // Floats per row block, even so that the update count stays aligned.
   const uint64_t row_stride_;
+  // Rows are stored in chunks of 2^chunk_shift_ (about 1 MiB each).
+  const uint32_t chunk_shift_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 

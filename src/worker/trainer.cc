@@ -8,81 +8,169 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "coord/coordinator.h"
-#include "data/synthetic.h"
+#include "data/reader.h"
 #include "hetps/ps_client.h"
 #include "model/metrics.h"
+#include "model/model.h"
 #include "nlohmann/json.hpp"
-#include "common/logging.h"
 
 namespace hetps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kWeights = "lr_w";
-constexpr const char* kBias = "lr_b";
-
-float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
-
-// A batch's keys reduced to unique rows plus, per feature occurrence, the
-// row it reads.
-struct UniqueKeys {
-  std::vector<uint64_t> keys;
-  std::vector<uint32_t> row;  // per occurrence
-
+// A batch's keys reduced to unique rows, plus the row of every occurrence.
+// Built once per batch: the pull fetches each row once and the push carries
+// each row's summed gradient, so the client can skip its own dedup pass.
+class UniqueKeys {
+ public:
   void Build(std::span<const uint64_t> occurrences) {
-    keys.clear();
-    row.resize(occurrences.size());
+    keys_.clear();
+    row_.resize(occurrences.size());
     index_.clear();
     for (size_t i = 0; i < occurrences.size(); ++i) {
       auto [it, inserted] = index_.try_emplace(
-          occurrences[i], static_cast<uint32_t>(keys.size()));
-      if (inserted) keys.push_back(occurrences[i]);
-      row[i] = it->second;
+          occurrences[i], static_cast<uint32_t>(keys_.size()));
+      if (inserted) keys_.push_back(occurrences[i]);
+      row_[i] = it->second;
     }
   }
+  const std::vector<uint64_t>& keys() const { return keys_; }
+  const std::vector<uint32_t>& row_of_key() const { return row_; }
 
  private:
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> row_;
   absl::flat_hash_map<uint64_t, uint32_t> index_;
 };
 
-// Scores (probabilities) of logistic regression on `n` samples.
-absl::Status Predict(PsClient& client, std::span<const uint64_t> keys,
-                     int fields, std::vector<float>& p) {
+// Everything one training loop reuses from batch to batch.
+struct Step {
+  Batch batch;
   UniqueKeys unique;
-  unique.Build(keys);
-  std::vector<float> w(unique.keys.size());
-  float bias = 0;
-  if (auto s = client.PullSparse(kWeights, unique.keys, w, KeySet::kUnique);
-      !s.ok()) {
-    return s;
+  std::vector<float> rows, dense, row_grads, dense_grad, p;
+};
+
+class Worker {
+ public:
+  Worker(const JobConfig& config, uint32_t rank, std::unique_ptr<Model> model,
+         std::unique_ptr<PsClient> client)
+      : config_(config),
+        rank_(rank),
+        model_(std::move(model)),
+        client_(std::move(client)),
+        tables_(model_->Tables()) {}
+
+  // Pulls what `step.batch` needs into step.rows / step.dense.
+  absl::Status Pull(Step& step) {
+    step.unique.Build(step.batch.keys);
+    step.rows.resize(step.unique.keys().size() * model_->row_dim());
+    if (auto s = client_->PullSparse(sparse_table(), step.unique.keys(),
+                                     step.rows, KeySet::kUnique);
+        !s.ok()) {
+      return s;
+    }
+    step.dense.resize(model_->dense_size());
+    return client_->PullDense(dense_table(), step.dense);
   }
-  if (auto s = client.PullDense(kBias, std::span<float>(&bias, 1)); !s.ok()) {
-    return s;
+
+  // One training step; returns the batch's summed loss.
+  absl::StatusOr<double> TrainStep(Step& step) {
+    if (auto s = Pull(step); !s.ok()) return s;
+    const size_t n = step.batch.size();
+    step.p.resize(n);
+    step.row_grads.resize(step.rows.size());
+    step.dense_grad.resize(step.dense.size());
+    const double loss = model_->Train(
+        step.batch, {step.unique.row_of_key(), step.rows, step.dense}, step.p,
+        step.row_grads, step.dense_grad);
+    const TableGrad grads[] = {
+        {sparse_table(), step.unique.keys(), step.row_grads},
+        {dense_table(), {}, step.dense_grad}};
+    if (auto s = client_->Push(grads, static_cast<uint32_t>(n),
+                               KeySet::kUnique);
+        !s.ok()) {
+      return s;
+    }
+    return loss;
   }
-  const size_t n = keys.size() / fields;
-  p.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    float z = bias;
-    for (int f = 0; f < fields; ++f) z += w[unique.row[i * fields + f]];
-    p[i] = Sigmoid(z);
+
+  // AUC and logloss of the current model on `reader`'s whole share.
+  absl::StatusOr<EvalPoint> Evaluate(Reader& reader) {
+    if (auto s = reader.Rewind(); !s.ok()) return s;
+    Step step;
+    std::vector<float> scores, labels;
+    while (true) {
+      auto n = reader.Next(4096, &step.batch);
+      if (!n.ok()) return n.status();
+      if (*n == 0) break;
+      if (auto s = Pull(step); !s.ok()) return s;
+      step.p.resize(*n);
+      model_->Predict(step.batch,
+                      {step.unique.row_of_key(), step.rows, step.dense},
+                      step.p);
+      scores.insert(scores.end(), step.p.begin(), step.p.end());
+      labels.insert(labels.end(), step.batch.labels.begin(),
+                    step.batch.labels.end());
+    }
+    if (scores.empty()) {
+      return absl::FailedPreconditionError(
+          "the test split is empty (train.data.test_fraction?)");
+    }
+    EvalPoint point;
+    point.auc = Auc(scores, labels);
+    point.logloss = LogLoss(scores, labels);
+    return point;
   }
-  return absl::OkStatus();
+
+  const std::string& sparse_table() const { return tables_[0].name; }
+  const std::string& dense_table() const { return tables_[1].name; }
+
+ private:
+  const JobConfig& config_;
+  const uint32_t rank_;
+  const std::unique_ptr<Model> model_;
+  const std::unique_ptr<PsClient> client_;
+  const std::vector<TableConfig> tables_;
+};
+
+void LogMalformed(const ReaderStats& stats) {
+  if (stats.malformed == 0) return;
+  spdlog::warn("{} of {} records malformed and skipped; first: {}",
+               stats.malformed, stats.records,
+               stats.examples.empty() ? "" : stats.examples.front());
+  for (size_t i = 1; i < stats.examples.size(); ++i) {
+    spdlog::warn("  {}", stats.examples[i]);
+  }
 }
 
 }  // namespace
 
 absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
-  if (config.train.model != "lr") {
-    return absl::UnimplementedError(absl::StrCat(
-        "train.model: '", config.train.model,
-        "' has no built-in trainer (drive the PsClient API instead)"));
+  if (config.train.model == "none") {
+    return absl::UnimplementedError(
+        "train.model: 'none' has no built-in trainer (drive the PsClient API "
+        "instead)");
   }
+  auto shape = ShapeOf(config.train.data);
+  if (!shape.ok()) return shape.status();
+  auto model = Model::Create(config.train, shape->num_slots, shape->num_dense);
+  if (!model.ok()) return model.status();
+  const uint32_t workers = static_cast<uint32_t>(config.num_workers());
+  auto train = OpenReader(config.train.data, Split::kTrain, rank, workers);
+  if (!train.ok()) return train.status();
+  std::unique_ptr<Reader> test;
+  if (rank == 0) {
+    auto opened = OpenReader(config.train.data, Split::kTest, 0, 1);
+    if (!opened.ok()) return opened.status();
+    test = std::move(*opened);
+  }
+
   CoordinatorClient coordinator(config, rank);
   auto registration = coordinator.Register();
   if (!registration.ok()) return registration.status();
-
   PsClientOptions options;
   options.endpoints = config.cluster.ps_endpoints;
   options.worker_id = rank;
@@ -91,116 +179,88 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   options.push_to_all_servers = config.mode == ConsistencyMode::kSync;
   auto client = PsClient::Connect(options);
   if (!client.ok()) return client.status();
+  Worker worker(config, rank, *std::move(model), *std::move(client));
 
   coordinator.StartHeartbeats();
   if (auto s = coordinator.Barrier("start"); !s.ok()) return s;
-
-  const SyntheticLrData data(config.train.data);
-  const int fields = data.fields();
-  const uint32_t workers = static_cast<uint32_t>(config.num_workers());
-  const uint64_t my_samples =
-      data.train_size() / workers + (rank < data.train_size() % workers);
-  const uint32_t batch = static_cast<uint32_t>(config.train.batch_size);
+  spdlog::info("training {} on {} ({} slots, {} dense), batch {}",
+               config.train.model, config.train.data.format,
+               shape->num_slots, shape->num_dense, config.train.batch_size);
 
   TrainReport report;
   report.rank = rank;
-  std::vector<uint64_t> keys;
-  std::vector<float> labels;
-  UniqueKeys unique;
-  std::vector<float> w, grad_w;
+  Step step;
   std::deque<double> recent_loss;
+  const auto mean_recent = [&] {
+    return recent_loss.empty()
+               ? 0.0
+               : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) /
+                     recent_loss.size();
+  };
   const auto start = Clock::now();
   auto last_log = start;
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
 
   for (int epoch = 0; epoch < config.train.epochs; ++epoch) {
-    for (uint64_t first = 0; first < my_samples; first += batch) {
-      const uint64_t n = std::min<uint64_t>(batch, my_samples - first);
-      keys.resize(n * fields);
-      labels.resize(n);
-      for (uint64_t i = 0; i < n; ++i) {
-        // Sample j of this worker's share is global sample j·W + rank.
-        labels[i] = data.TrainSample((first + i) * workers + rank,
-                                     std::span(&keys[i * fields], fields));
-      }
-      unique.Build(keys);
-      w.resize(unique.keys.size());
-      float bias = 0;
-      if (auto s = (*client)->PullSparse(kWeights, unique.keys, w,
-                                         KeySet::kUnique);
-          !s.ok()) {
-        return s;
-      }
-      if (auto s = (*client)->PullDense(kBias, std::span<float>(&bias, 1));
-          !s.ok()) {
-        return s;
-      }
-      // Forward and backward of the mean logloss over the batch.
-      grad_w.assign(unique.keys.size(), 0.0f);
-      float grad_b = 0;
-      double loss = 0;
-      for (uint64_t i = 0; i < n; ++i) {
-        float z = bias;
-        for (int f = 0; f < fields; ++f) z += w[unique.row[i * fields + f]];
-        const float p = Sigmoid(z);
-        loss -= labels[i] > 0.5f ? std::log(std::max(p, 1e-7f))
-                                 : std::log(std::max(1 - p, 1e-7f));
-        const float g = (p - labels[i]) / static_cast<float>(n);
-        for (int f = 0; f < fields; ++f) grad_w[unique.row[i * fields + f]] += g;
-        grad_b += g;
-      }
-      const TableGrad grads[] = {
-          {kWeights, unique.keys, grad_w},
-          {kBias, {}, std::span<const float>(&grad_b, 1)}};
-      if (auto s = (*client)->Push(grads, static_cast<uint32_t>(n),
-                                   KeySet::kUnique);
-          !s.ok()) {
-        return s;
-      }
+    if (epoch > 0) {
+      if (auto s = (*train)->Rewind(); !s.ok()) return s;
+    }
+    while (true) {
+      auto n = (*train)->Next(config.train.batch_size, &step.batch);
+      if (!n.ok()) return n.status();
+      if (*n == 0) break;
+      auto loss = worker.TrainStep(step);
+      if (!loss.ok()) return loss.status();
       ++report.steps;
-      report.samples += n;
-      recent_loss.push_back(loss / n);
+      report.samples += *n;
+      recent_loss.push_back(*loss / *n);
       if (recent_loss.size() > 50) recent_loss.pop_front();
-
-      const auto now = Clock::now();
-      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const double seconds = elapsed();
       coordinator.ReportProgress(report.steps, report.samples,
-                                 report.samples / std::max(elapsed, 1e-9));
-      if (now - last_log > std::chrono::seconds(2)) {
-        last_log = now;
-        spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s", epoch + 1,
-                     report.steps,
-                     std::accumulate(recent_loss.begin(), recent_loss.end(),
-                                     0.0) / recent_loss.size(),
-                     report.samples / std::max(elapsed, 1e-9));
+                                 report.samples / std::max(seconds, 1e-9));
+      if (Clock::now() - last_log > std::chrono::seconds(2)) {
+        last_log = Clock::now();
+        spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s",
+                     epoch + 1, report.steps, mean_recent(),
+                     report.samples / std::max(seconds, 1e-9));
       }
     }
+    const bool last = epoch + 1 == config.train.epochs;
+    if (test && !last && (epoch + 1) % config.train.eval_every_epochs == 0) {
+      auto point = worker.Evaluate(*test);
+      if (!point.ok()) return point.status();
+      point->epoch = epoch + 1;
+      point->at_s = elapsed();
+      report.evals.push_back(*point);
+      spdlog::info("epoch {}: test AUC {:.4f} logloss {:.4f}", epoch + 1,
+                   point->auc, point->logloss);
+    }
   }
-  report.train_s = std::chrono::duration<double>(Clock::now() - start).count();
+  report.train_s = elapsed();
   report.samples_per_s = report.samples / std::max(report.train_s, 1e-9);
-  report.last_loss =
-      recent_loss.empty()
-          ? 0
-          : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) /
-                recent_loss.size();
+  report.last_loss = mean_recent();
+  report.malformed_records = (*train)->stats().malformed;
+  LogMalformed((*train)->stats());
 
   // Leave the live set (nobody waits for this worker any more), then wait
   // until every worker has left: the model is final.
   if (auto s = coordinator.Leave("finished its data"); !s.ok()) return s;
   if (auto s = coordinator.Barrier("trained"); !s.ok()) return s;
 
-  if (rank == 0) {
-    std::vector<uint64_t> test_keys(data.test_size() * fields);
-    std::vector<float> test_labels(data.test_size());
-    for (uint64_t i = 0; i < data.test_size(); ++i) {
-      test_labels[i] =
-          data.TestSample(i, std::span(&test_keys[i * fields], fields));
-    }
-    std::vector<float> p;
-    if (auto s = Predict(**client, test_keys, fields, p); !s.ok()) return s;
-    report.test_auc = Auc(p, test_labels);
-    report.test_logloss = LogLoss(p, test_labels);
-    spdlog::info("test AUC {:.4f} logloss {:.4f} on {} held-out samples",
-                 *report.test_auc, *report.test_logloss, data.test_size());
+  if (test) {
+    auto point = worker.Evaluate(*test);
+    if (!point.ok()) return point.status();
+    point->epoch = config.train.epochs;
+    point->at_s = elapsed();
+    report.evals.push_back(*point);
+    report.test_auc = point->auc;
+    report.test_logloss = point->logloss;
+    report.malformed_records += test->stats().malformed;
+    spdlog::info("final model: test AUC {:.4f} logloss {:.4f} on {} held-out "
+                 "samples",
+                 point->auc, point->logloss, test->stats().samples);
   }
   return report;
 }
@@ -211,9 +271,16 @@ std::string ReportToJson(const TrainReport& report) {
                       {"samples", report.samples},
                       {"train_s", report.train_s},
                       {"samples_per_s", report.samples_per_s},
-                      {"last_loss", report.last_loss}};
+                      {"last_loss", report.last_loss},
+                      {"malformed_records", report.malformed_records}};
   if (report.test_auc) j["test_auc"] = *report.test_auc;
   if (report.test_logloss) j["test_logloss"] = *report.test_logloss;
+  for (const EvalPoint& e : report.evals) {
+    j["evals"].push_back({{"epoch", e.epoch},
+                          {"at_s", e.at_s},
+                          {"auc", e.auc},
+                          {"logloss", e.logloss}});
+  }
   return j.dump();
 }
 

@@ -1,21 +1,28 @@
 // Trainer: the worker loop. Registers with the coordinator, connects to the
-// servers, trains on this worker's share of the data (sample i belongs to
-// worker i mod W), pushes after every batch, leaves the live set when its
-// share is done, and — on rank 0, once every worker has finished — evaluates
-// the final model on the held-out set.
-//
-// Until the model/data work lands the model is logistic regression over
-// synthetic categorical data (data/synthetic.h).
+// servers, and trains its model on this worker's share of the data
+// (data/reader.h): per batch one sparse pull of the batch's unique keys, one
+// dense pull, forward/backward (model/model.h), one push of both gradients.
+// Rank 0 evaluates on the held-out split every train.eval_every_epochs
+// epochs. When its share is done a worker leaves the live set; once every
+// worker has left, the model is final and rank 0 evaluates it.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "hetps/config.h"
 
 namespace hetps {
+
+struct EvalPoint {
+  int epoch = 0;        // epochs finished when evaluated
+  double at_s = 0;      // seconds since training started
+  double auc = 0;
+  double logloss = 0;
+};
 
 struct TrainReport {
   uint32_t rank = 0;
@@ -24,12 +31,14 @@ struct TrainReport {
   double train_s = 0;        // training loop only
   double samples_per_s = 0;  // samples / train_s
   double last_loss = 0;      // mean logloss of the last 50 batches
-  // Rank 0 only: the final model on the held-out set.
+  uint64_t malformed_records = 0;
+  // Rank 0 only: the held-out evaluations, the last one of the final model.
+  std::vector<EvalPoint> evals;
   std::optional<double> test_auc;
   std::optional<double> test_logloss;
 };
 
-// `config` validated, cluster.ps_endpoints filled in.
+// `config` validated, tables resolved, cluster.ps_endpoints filled in.
 absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank);
 
 // One-line JSON of a report (the launcher gathers these).

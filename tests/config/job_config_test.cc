@@ -5,7 +5,6 @@
 #include <fstream>
 #include <string>
 
-#include "config/model_tables.h"
 #include "hetps/config.h"
 #include "support/test_support.h"
 
@@ -246,7 +245,7 @@ TEST(JobConfigTest, ValidationNamesTheField) {
               StatusIs(kInvalid, HasSubstr("train.epochs: must be >= 1")));
   EXPECT_THAT(
       ValidateYaml("train: {model: dnn}\n"),
-      StatusIs(kInvalid, "train.model: unknown model 'dnn' (expected lr, none)"));
+      StatusIs(kInvalid, "train.model: unknown model 'dnn' (expected lr, fm, deepfm, none)"));
   EXPECT_THAT(ValidateYaml("client: {rpc_timeout_s: 0}\n"),
               StatusIs(kInvalid, HasSubstr("client.rpc_timeout_s: must be")));
   EXPECT_THAT(ValidateYaml("server: {heartbeat_timeout_s: -1}\n"),
@@ -298,51 +297,17 @@ TEST(JobConfigTest, ValidationChecksTables) {
               StatusIs(kInvalid, "tables[0].name: must not be empty"));
   EXPECT_THAT(ValidateYaml("tables: [{name: lr_w, dim: 0}]\n"),
               StatusIs(kInvalid, HasSubstr("tables[0].dim: must be >= 1")));
-  // The model's own tables must be there, shaped as it needs them.
-  EXPECT_THAT(ValidateYaml("tables: [{name: lr_w}]\n"),
-              StatusIs(kInvalid, HasSubstr("needs dense table 'lr_b'")));
-  EXPECT_THAT(ValidateYaml("tables: [{name: lr_w, kind: dense}, "
-                           "{name: lr_b, kind: dense}]\n"),
-              StatusIs(kInvalid, HasSubstr("tables[0].kind")));
-  EXPECT_THAT(ValidateYaml("tables: [{name: lr_w, dim: 8}, "
-                           "{name: lr_b, kind: dense}]\n"),
-              StatusIs(kInvalid, HasSubstr("tables[0].dim")));
-  // Extra tables are allowed.
-  EXPECT_TRUE(ValidateYaml("tables: [{name: lr_w}, {name: lr_b, kind: dense},"
-                           " {name: emb, dim: 8}]\n")
-                  .ok());
 }
 
-TEST(JobConfigTest, TablesDerivedFromModel) {
-  JobConfig c = ParseOrDie(
-      "train: {optimizer: {type: sgd, learning_rate: 0.5}, init: {type: "
-      "zero}}\n");
+TEST(JobConfigTest, ValidationLeavesModelTablesToTheModel) {
+  // The model's tables depend on the data's shape; ResolveModelTables
+  // (tests/model) fills them, not validation.
+  JobConfig c = ParseOrDie("train: {model: deepfm}\n");
   ASSERT_TRUE(ValidateJobConfig(c).ok());
-  ASSERT_EQ(c.tables.size(), 2u);
-  EXPECT_EQ(c.tables[0].name, kLrWeightTable);
-  EXPECT_EQ(c.tables[0].kind, TableKind::kSparse);
-  EXPECT_EQ(c.tables[0].dim, 1u);
-  EXPECT_EQ(c.tables[1].name, kLrBiasTable);
-  EXPECT_EQ(c.tables[1].kind, TableKind::kDense);
-  EXPECT_EQ(c.tables[1].dim, 1u);
-  for (const TableConfig& t : c.tables) {
-    EXPECT_EQ(t.optimizer.type, "sgd");
-    EXPECT_FLOAT_EQ(t.optimizer.learning_rate, 0.5f);
-    EXPECT_EQ(t.init.type, "zero");
-  }
-  // Validating again keeps them (no duplicates appear).
-  ASSERT_TRUE(ValidateJobConfig(c).ok());
-  EXPECT_EQ(c.tables.size(), 2u);
-
-  EXPECT_THAT(ModelNames(), ElementsAre("lr", "none"));
-  TrainConfig none;
-  none.model = "none";
-  ASSERT_TRUE(ModelTables(none).ok());
-  EXPECT_TRUE(ModelTables(none)->empty());
-  TrainConfig unknown;
-  unknown.model = "fm";
-  EXPECT_THAT(ModelTables(unknown),
-              StatusIs(kInvalid, HasSubstr("train.model")));
+  EXPECT_TRUE(c.tables.empty());
+  EXPECT_THAT(ValidateYaml("train: {model: dnn}\n"),
+              StatusIs(kInvalid, HasSubstr("train.model: unknown model 'dnn' "
+                                           "(expected lr, fm, deepfm, none)")));
 }
 
 // Overrides ------------------------------------------------------------------

@@ -197,16 +197,15 @@ TEST(SparseTableTest, ForEachRowVisitsEveryRowOnce) {
   table->Push(pushed, grads);
 
   std::map<uint64_t, std::pair<std::vector<float>, uint64_t>> seen;
-  table->ForEachRow(
-      [&](uint64_t key, std::span<const float> w, uint64_t updates) {
-        EXPECT_EQ(w.size(), 2u);
-        EXPECT_TRUE(
-            seen.emplace(key, std::make_pair(std::vector<float>(w.begin(),
-                                                                w.end()),
-                                             updates))
-                .second)
-            << "visited twice: " << key;
-      });
+  table->ForEachRow([&](uint64_t key, std::span<const float> w,
+                        uint64_t updates) {
+    EXPECT_EQ(w.size(), 2u);
+    EXPECT_TRUE(
+        seen.emplace(key, std::make_pair(std::vector<float>(w.begin(), w.end()),
+                                         updates))
+            .second)
+        << "visited twice: " << key;
+  });
   ASSERT_EQ(seen.size(), 100u);
   for (uint64_t k = 0; k < 100; ++k) {
     const auto& [w, updates] = seen.at(k * 1000003);
@@ -268,7 +267,8 @@ TEST(SparseTableTest, ManyKeysAcrossStripes) {
     keys.push_back((uint64_t{i % 8} << 32 | (i / 8)) << 1);  // even: distinct
   }
   std::vector<float> grads(kCount);
-  for (size_t i = 0; i < kCount; ++i) grads[i] = static_cast<float>(i % 8) * 0.25f;
+  for (size_t i = 0; i < kCount; ++i)
+    grads[i] = static_cast<float>(i % 8) * 0.25f;
   table->Push(keys, grads);
   EXPECT_EQ(table->size(), kCount);
 
@@ -287,6 +287,46 @@ TEST(SparseTableTest, ManyKeysAcrossStripes) {
   EXPECT_EQ(rows, kCount);
   // Σ over i of (i % 8) * 0.25 = 37500 cycles * 7 = 262500.
   EXPECT_EQ(sum, -262500.0);
+}
+
+TEST(SparseTableTest, LargePullWithDuplicatesCreatesEachRowOnce) {
+  // Large enough to be split between two threads; every key appears once in
+  // each half of the request, so both halves' copies meet in one stripe.
+  const TableConfig config = MakeConfig(2, "sgd", "uniform");
+  auto table = MakeTable(config, 64);
+  constexpr uint64_t kDistinct = 150000;
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < kDistinct; ++k) keys.push_back(k * 977 + 5);
+  for (uint64_t k = 0; k < kDistinct; ++k) keys.push_back(k * 977 + 5);
+  const std::vector<float> out = PullAll(*table, keys);
+  EXPECT_EQ(table->size(), kDistinct);
+  size_t wrong = 0;
+  for (uint64_t k = 0; k < kDistinct; ++k) {
+    for (uint64_t c = 0; c < 2; ++c) {
+      const float expected = InitialValue(config.init, keys[k], c);
+      wrong += out[k * 2 + c] != expected;
+      wrong += out[(kDistinct + k) * 2 + c] != expected;
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
+TEST(SparseTableTest, ConcurrentLargePushesLoseNoUpdates) {
+  auto table = MakeTable(MakeConfig(1, "sgd", "zero", 1.0f), 64);
+  constexpr uint64_t kKeys = 250000;
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < kKeys; ++k) keys.push_back(k << 20 | 3);
+  const std::vector<float> grads(kKeys, 0.5f);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      for (int r = 0; r < 2; ++r) table->Push(keys, grads);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(table->size(), kKeys);
+  // 3 threads x 2 pushes x 0.5 from 0.
+  EXPECT_THAT(PullAll(*table, keys), ::testing::Each(-3.0f));
 }
 
 }  // namespace

@@ -1,0 +1,437 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetps/config.h"
+#include "support/test_support.h"
+
+namespace hetps {
+namespace {
+
+using ::hetps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+double Softplus(double z) {
+  return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z)));
+}
+double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+TrainConfig MakeTrain(const std::string& model, int k = 3,
+                      std::vector<int> hidden = {5, 3}) {
+  TrainConfig train;
+  train.model = model;
+  train.embedding_dim = k;
+  train.hidden = std::move(hidden);
+  train.optimizer = {.type = "adagrad", .learning_rate = 0.07f};
+  train.dense_optimizer = {.type = "adam", .learning_rate = 0.002f};
+  train.init = {.type = "normal", .scale = 0.02f, .seed = 11};
+  return train;
+}
+
+std::unique_ptr<Model> MustCreate(const TrainConfig& train, int num_slots,
+                                  int num_dense) {
+  auto model = Model::Create(train, num_slots, num_dense);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+// A batch together with the parameters a worker would have pulled for it:
+// one row per distinct key (as the client's de-duplication produces), and
+// every occurrence pointing at its key's row.
+struct PulledBatch {
+  Batch batch;
+  std::vector<uint64_t> unique_keys;
+  std::vector<uint32_t> row_of_key;
+  std::vector<float> rows;
+  std::vector<float> dense;
+
+  BatchParams params() const { return {row_of_key, rows, dense}; }
+};
+
+// Samples given as slots of keys; rows and dense parameters are filled later.
+PulledBatch MakeBatch(const std::vector<std::vector<std::vector<uint64_t>>>&
+                          samples,
+                      const std::vector<float>& labels, int num_dense,
+                      uint64_t row_dim, uint64_t dense_size, uint32_t seed) {
+  PulledBatch out;
+  out.batch.num_slots = static_cast<int>(samples[0].size());
+  out.batch.num_dense = num_dense;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
+  absl::flat_hash_map<uint64_t, uint32_t> row_index;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    out.batch.BeginSample(labels[i]);
+    for (const auto& slot : samples[i]) {
+      for (uint64_t key : slot) {
+        out.batch.AddKey(key);
+        auto [it, inserted] = row_index.try_emplace(
+            key, static_cast<uint32_t>(out.unique_keys.size()));
+        if (inserted) out.unique_keys.push_back(key);
+        out.row_of_key.push_back(it->second);
+      }
+      out.batch.EndSlot();
+    }
+    for (int d = 0; d < num_dense; ++d) out.batch.AddDense(2 * uniform(rng));
+  }
+  out.rows.resize(out.unique_keys.size() * row_dim);
+  for (float& x : out.rows) x = uniform(rng);
+  out.dense.resize(dense_size);
+  for (float& x : out.dense) x = uniform(rng);
+  return out;
+}
+
+// Six samples over three slots: multi-valued slots, empty slots, a key
+// repeated inside one slot, and keys shared across samples.
+PulledBatch SmallBatch(const Model& model, int num_dense, uint32_t seed) {
+  return MakeBatch(
+      {
+          {{1}, {10, 11}, {20}},
+          {{2}, {}, {20, 21, 22}},
+          {{1}, {11}, {}},
+          {{3}, {10, 12, 10}, {21}},
+          {{2, 3}, {12}, {22}},
+          {{1}, {10, 11, 12}, {20}},
+      },
+      {1, 0, 1, 0, 1, 1}, num_dense, model.row_dim(), model.dense_size(),
+      seed);
+}
+
+struct TrainResult {
+  double loss_sum = 0;
+  std::vector<float> p;
+  std::vector<float> row_grads;
+  std::vector<float> dense_grad;
+};
+
+TrainResult RunTrain(const Model& model, const PulledBatch& pulled) {
+  TrainResult r;
+  r.p.assign(pulled.batch.size(), -1.0f);
+  // Garbage in the gradient buffers: Train must zero them itself.
+  r.row_grads.assign(pulled.rows.size(), 7.0f);
+  r.dense_grad.assign(pulled.dense.size(), -3.0f);
+  r.loss_sum = model.Train(pulled.batch, pulled.params(), r.p, r.row_grads,
+                           r.dense_grad);
+  return r;
+}
+
+double MeanLoss(const Model& model, const PulledBatch& pulled) {
+  return RunTrain(model, pulled).loss_sum /
+         static_cast<double>(pulled.batch.size());
+}
+
+// Central finite difference of the mean loss at *param.
+double NumericGradient(const Model& model, PulledBatch& pulled, float* param) {
+  const float h = 1e-3f;
+  const float saved = *param;
+  const float plus = saved + h;
+  const float minus = saved - h;
+  *param = plus;
+  const double loss_plus = MeanLoss(model, pulled);
+  *param = minus;
+  const double loss_minus = MeanLoss(model, pulled);
+  *param = saved;
+  // The step actually taken, after rounding to float.
+  return (loss_plus - loss_minus) /
+         (static_cast<double>(plus) - static_cast<double>(minus));
+}
+
+::testing::AssertionResult GradientsMatch(const Model& model,
+                                          PulledBatch& pulled) {
+  const TrainResult analytic = RunTrain(model, pulled);
+  auto close = [](double a, double n) {
+    return std::abs(a - n) <= 1e-2 * std::max(std::abs(a), std::abs(n)) + 2e-4;
+  };
+  int nonzero = 0;
+  for (size_t i = 0; i < pulled.rows.size(); ++i) {
+    const double numeric = NumericGradient(model, pulled, &pulled.rows[i]);
+    if (!close(analytic.row_grads[i], numeric)) {
+      return ::testing::AssertionFailure()
+             << model.name() << " row " << i / model.row_dim() << " column "
+             << i % model.row_dim() << ": analytic " << analytic.row_grads[i]
+             << " numeric " << numeric;
+    }
+    if (std::abs(numeric) > 1e-3) ++nonzero;
+  }
+  for (size_t i = 0; i < pulled.dense.size(); ++i) {
+    const double numeric = NumericGradient(model, pulled, &pulled.dense[i]);
+    if (!close(analytic.dense_grad[i], numeric)) {
+      return ::testing::AssertionFailure()
+             << model.name() << " dense " << i << ": analytic "
+             << analytic.dense_grad[i] << " numeric " << numeric;
+    }
+    if (std::abs(numeric) > 1e-3) ++nonzero;
+  }
+  // Guard against a vacuous pass (everything ~0).
+  const size_t total = pulled.rows.size() + pulled.dense.size();
+  if (nonzero * 2 < static_cast<int>(total)) {
+    return ::testing::AssertionFailure()
+           << model.name() << ": only " << nonzero << " of " << total
+           << " gradients are non-trivial";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(ModelCreateTest, RejectsBadShapesNamingTheField) {
+  EXPECT_THAT(Model::Create(MakeTrain("xgboost"), 3, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train.model")));
+  EXPECT_THAT(Model::Create(MakeTrain("none"), 3, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train.model")));
+  EXPECT_THAT(Model::Create(MakeTrain("fm"), 0, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_slots")));
+  EXPECT_THAT(Model::Create(MakeTrain("lr"), 2, -1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_dense")));
+  EXPECT_THAT(Model::Create(MakeTrain("fm", 0), 3, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train.embedding_dim")));
+  EXPECT_THAT(Model::Create(MakeTrain("deepfm", -2), 3, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train.embedding_dim")));
+  EXPECT_THAT(Model::Create(MakeTrain("deepfm", 4, {400, 0, 400}), 3, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train.hidden[1]")));
+  // lr ignores the embedding and MLP shape.
+  EXPECT_TRUE(Model::Create(MakeTrain("lr", 0, {0}), 3, 0).ok());
+  // An empty MLP is a linear deep part, allowed.
+  EXPECT_TRUE(Model::Create(MakeTrain("deepfm", 4, {}), 3, 2).ok());
+}
+
+TEST(ModelTablesTest, LrAndFmHaveOneWeightRowAndABias) {
+  for (const char* name : {"lr", "fm"}) {
+    SCOPED_TRACE(name);
+    const TrainConfig train = MakeTrain(name, 4);
+    auto model = MustCreate(train, 3, 5);
+    ASSERT_NE(model, nullptr);
+    const uint64_t row_dim = std::string(name) == "lr" ? 1 : 5;
+    EXPECT_EQ(model->name(), std::string(name));
+    EXPECT_EQ(model->row_dim(), row_dim);
+    EXPECT_EQ(model->dense_size(), 1u);
+    const std::vector<TableConfig> tables = model->Tables();
+    ASSERT_EQ(tables.size(), 2u);
+    EXPECT_EQ(tables[0].name, std::string(name) + "_emb");
+    EXPECT_EQ(tables[0].kind, TableKind::kSparse);
+    EXPECT_EQ(tables[0].dim, row_dim);
+    EXPECT_EQ(tables[0].optimizer.type, "adagrad");
+    EXPECT_FLOAT_EQ(tables[0].optimizer.learning_rate, 0.07f);
+    EXPECT_EQ(tables[0].init.type, "normal");
+    EXPECT_FLOAT_EQ(tables[0].init.scale, 0.02f);
+    EXPECT_EQ(tables[0].init.seed, 11u);
+    EXPECT_EQ(tables[1].name, std::string(name) + "_dense");
+    EXPECT_EQ(tables[1].kind, TableKind::kDense);
+    EXPECT_EQ(tables[1].dim, 1u);
+    EXPECT_EQ(tables[1].optimizer.type, "adam");
+    EXPECT_FLOAT_EQ(tables[1].optimizer.learning_rate, 0.002f);
+    EXPECT_EQ(tables[1].init.type, "zero");
+  }
+}
+
+TEST(ModelTablesTest, DeepFmDenseHoldsBiasAndEveryLayer) {
+  // in = 3 slots * k 3 + 2 dense = 11; b + (11*5 + 5) + (5*3 + 3) + 3.
+  auto small = MustCreate(MakeTrain("deepfm", 3, {5, 3}), 3, 2);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->row_dim(), 4u);
+  EXPECT_EQ(small->dense_size(), 82u);
+  std::vector<TableConfig> tables = small->Tables();
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_EQ(tables[0].name, "deepfm_emb");
+  EXPECT_EQ(tables[0].dim, 4u);
+  EXPECT_EQ(tables[0].init.type, "normal");
+  EXPECT_EQ(tables[1].name, "deepfm_dense");
+  EXPECT_EQ(tables[1].kind, TableKind::kDense);
+  EXPECT_EQ(tables[1].dim, 82u);
+  EXPECT_EQ(tables[1].optimizer.type, "adam");
+  EXPECT_EQ(tables[1].init.type, "uniform");
+  EXPECT_FLOAT_EQ(tables[1].init.scale, std::sqrt(6.0f / 11));
+  EXPECT_NE(tables[1].init.seed, tables[0].init.seed);
+
+  // The Criteo shape: 39 slots, k = 8, 13 dense, 400-400-400.
+  auto criteo = MustCreate(MakeTrain("deepfm", 8, {400, 400, 400}), 39, 13);
+  ASSERT_NE(criteo, nullptr);
+  EXPECT_EQ(criteo->dense_size(),
+            1u + (325u * 400 + 400) + 2 * (400u * 400 + 400) + 400);
+  EXPECT_FLOAT_EQ(criteo->Tables()[1].init.scale, std::sqrt(6.0f / 400));
+
+  // No hidden layer: b + in weights.
+  auto linear = MustCreate(MakeTrain("deepfm", 3, {}), 3, 2);
+  ASSERT_NE(linear, nullptr);
+  EXPECT_EQ(linear->dense_size(), 12u);
+}
+
+TEST(LrModelTest, HandComputedLogitsLossAndGradients) {
+  auto model = MustCreate(MakeTrain("lr"), 2, 0);
+  ASSERT_NE(model, nullptr);
+  // Keys 1, 2, 3 in rows 0, 1, 2 with w = 0.2, 0.4, -1; b = 0.1.
+  PulledBatch pulled = MakeBatch({{{1, 2}, {}}, {{1}, {3}}}, {1, 0},
+                                 /*num_dense=*/0, 1, 1, /*seed=*/1);
+  pulled.rows = {0.2f, 0.4f, -1.0f};
+  pulled.dense = {0.1f};
+  const double z0 = 0.1 + (0.2 + 0.4) / 2;  // empty slot adds nothing
+  const double z1 = 0.1 + 0.2 - 1.0;
+  const TrainResult r = RunTrain(*model, pulled);
+  EXPECT_NEAR(r.p[0], Sigmoid(z0), 1e-6);
+  EXPECT_NEAR(r.p[1], Sigmoid(z1), 1e-6);
+  EXPECT_NEAR(r.loss_sum, (Softplus(z0) - z0) + Softplus(z1), 1e-6);
+  const double g0 = (Sigmoid(z0) - 1) / 2;
+  const double g1 = Sigmoid(z1) / 2;
+  EXPECT_NEAR(r.row_grads[0], g0 / 2 + g1, 1e-6);
+  EXPECT_NEAR(r.row_grads[1], g0 / 2, 1e-6);
+  EXPECT_NEAR(r.row_grads[2], g1, 1e-6);
+  EXPECT_NEAR(r.dense_grad[0], g0 + g1, 1e-6);
+}
+
+TEST(LrModelTest, LossIsFiniteForConfidentMistakes) {
+  auto model = MustCreate(MakeTrain("lr"), 1, 0);
+  ASSERT_NE(model, nullptr);
+  PulledBatch pulled = MakeBatch({{{1}}, {{2}}}, {0, 1}, 0, 1, 1, 1);
+  pulled.rows = {200.0f, 300.0f};
+  pulled.dense = {0.0f};
+  const TrainResult r = RunTrain(*model, pulled);
+  // Sample 0: logit 200, label 0 → loss 200; sample 1: ≈ 0.
+  EXPECT_NEAR(r.loss_sum, 200.0, 1e-3);
+  EXPECT_FLOAT_EQ(r.p[0], 1.0f);
+  EXPECT_NEAR(r.row_grads[0], 0.5, 1e-6);
+  EXPECT_NEAR(r.row_grads[1], 0.0, 1e-6);
+}
+
+TEST(FmModelTest, HandComputedLogit) {
+  auto model = MustCreate(MakeTrain("fm", 2), 3, 0);
+  ASSERT_NE(model, nullptr);
+  PulledBatch pulled =
+      MakeBatch({{{1}, {2, 3}, {}}}, {1}, 0, model->row_dim(), 1, 1);
+  pulled.rows = {0.1f, 1, 2,  // key 1: slot 0
+                 0.2f, 1, 0,  // key 2: slot 1
+                 0.4f, 3, 2};  // key 3: slot 1
+  pulled.dense = {-0.5f};
+  // e_0 = (1, 2), e_1 = mean((1,0), (3,2)) = (2, 1), e_2 = 0:
+  // interactions <e_0, e_1> = 4; first order 0.1 + 0.3.
+  const double z = -0.5 + 0.1 + 0.3 + 4;
+  std::vector<float> p(1);
+  model->Predict(pulled.batch, pulled.params(), p);
+  EXPECT_NEAR(p[0], Sigmoid(z), 1e-6);
+  const TrainResult r = RunTrain(*model, pulled);
+  EXPECT_NEAR(r.loss_sum, Softplus(z) - z, 1e-6);
+  // d logit / d e_0 = e_1 + e_2 = (2, 1); d logit / d e_1 = e_0 + e_2 =
+  // (1, 2), split evenly between slot 1's two keys (slot mean).
+  const double g = Sigmoid(z) - 1;
+  const std::vector<double> expected = {g,     2 * g,     g,  // key 1
+                                        g / 2, g / 2,     g,  // key 2
+                                        g / 2, g / 2,     g};  // key 3
+  ASSERT_EQ(r.row_grads.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(r.row_grads[i], expected[i], 1e-6) << i;
+  }
+  EXPECT_NEAR(r.dense_grad[0], g, 1e-6);
+}
+
+struct ModelCase {
+  std::string model;
+  std::vector<int> hidden;
+  int num_dense;
+};
+
+void PrintTo(const ModelCase& c, std::ostream* os) {
+  *os << c.model << " hidden {";
+  for (int w : c.hidden) *os << w << ",";
+  *os << "} num_dense " << c.num_dense;
+}
+
+class GradientCheckTest : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(GradientCheckTest, MatchesCentralDifferencesOfTheMeanLoss) {
+  const ModelCase& c = GetParam();
+  auto model = MustCreate(MakeTrain(c.model, 3, c.hidden), 3, c.num_dense);
+  ASSERT_NE(model, nullptr);
+  PulledBatch pulled = SmallBatch(*model, c.num_dense, /*seed=*/5);
+  EXPECT_TRUE(GradientsMatch(*model, pulled));
+}
+
+TEST_P(GradientCheckTest, PredictEqualsTheProbabilitiesOfTrain) {
+  const ModelCase& c = GetParam();
+  auto model = MustCreate(MakeTrain(c.model, 3, c.hidden), 3, c.num_dense);
+  ASSERT_NE(model, nullptr);
+  const PulledBatch pulled = SmallBatch(*model, c.num_dense, /*seed=*/9);
+  const TrainResult r = RunTrain(*model, pulled);
+  std::vector<float> p(pulled.batch.size(), -1.0f);
+  model->Predict(pulled.batch, pulled.params(), p);
+  EXPECT_EQ(p, r.p);
+  // The returned loss is the sum over the batch.
+  double expected = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double q = r.p[i];
+    expected -= pulled.batch.labels[i] > 0.5f ? std::log(q) : std::log(1 - q);
+  }
+  EXPECT_NEAR(r.loss_sum, expected, 1e-4 * expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllModels, GradientCheckTest,
+    ::testing::Values(ModelCase{"lr", {}, 0}, ModelCase{"fm", {}, 0},
+                      ModelCase{"deepfm", {5, 3}, 2},
+                      ModelCase{"deepfm", {}, 2},
+                      ModelCase{"deepfm", {4}, 0}),
+    [](const ::testing::TestParamInfo<ModelCase>& info) {
+      std::string name = info.param.model;
+      for (int w : info.param.hidden) name += "_" + std::to_string(w);
+      return name + "_dense" + std::to_string(info.param.num_dense);
+    });
+
+// In-process SGD on a problem only the interactions can solve: the label is
+// the XOR of the parities of the two slots' ids, so every first-order weight
+// is useless (loss stays at log 2) while FM's <v_a, v_b> can separate it.
+TEST(FmModelTest, SgdLearnsAnInteractionOnlyProblem) {
+  constexpr int kIds = 8;
+  TrainConfig train = MakeTrain("fm", 4);
+  auto model = MustCreate(train, 2, 0);
+  ASSERT_NE(model, nullptr);
+  // Keys 0..7 are slot 0's ids, 8..15 slot 1's; row r is key r.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> init(-0.1f, 0.1f);
+  std::vector<float> rows(2 * kIds * model->row_dim());
+  for (float& x : rows) x = init(rng);
+  std::vector<float> dense = {0.0f};
+
+  Batch batch;
+  batch.num_slots = 2;
+  std::vector<uint32_t> row_of_key;
+  for (int a = 0; a < kIds; ++a) {
+    for (int b = 0; b < kIds; ++b) {
+      batch.BeginSample(static_cast<float>((a % 2) ^ (b % 2)));
+      batch.AddKey(a);
+      batch.EndSlot();
+      batch.AddKey(kIds + b);
+      batch.EndSlot();
+      row_of_key.push_back(a);
+      row_of_key.push_back(kIds + b);
+    }
+  }
+  std::vector<float> p(batch.size()), row_grads(rows.size()), dense_grad(1);
+  const BatchParams params{row_of_key, rows, dense};
+  const double initial = model->Train(batch, params, p, row_grads, dense_grad) /
+                         static_cast<double>(batch.size());
+  EXPECT_NEAR(initial, std::log(2.0), 0.05);
+  const float lr = 0.5f;
+  double loss = initial;
+  for (int step = 0; step < 600 && loss > 0.05; ++step) {
+    loss = model->Train(batch, params, p, row_grads, dense_grad) /
+           static_cast<double>(batch.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] -= lr * row_grads[i];
+    dense[0] -= lr * dense_grad[0];
+  }
+  EXPECT_LT(loss, 0.05);
+}
+
+}  // namespace
+}  // namespace hetps
