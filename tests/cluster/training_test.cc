@@ -113,8 +113,9 @@ TEST(TrainingTest, AMostlyGarbageFileStopsTheJobWithAClearError) {
   const std::string data = dir.Write("garbage.tsv", garbage);
   const Launched run = Launch(dir, dir.Write("job.yaml", CriteoJob(data)), {});
   EXPECT_EQ(run.result.exit_code, 1) << run.result.output;
-  EXPECT_THAT(run.result.output, HasSubstr("garbage.tsv:1"));
-  EXPECT_THAT(run.result.output, HasSubstr("malformed"));
+  EXPECT_THAT(run.result.output,
+              HasSubstr("garbage.tsv: 100 of 100 records malformed"));
+  EXPECT_THAT(run.result.output, HasSubstr("is the file really in the 'criteo' format?"));
 }
 
 }  // namespace

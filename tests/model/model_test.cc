@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -59,10 +60,10 @@ struct PulledBatch {
 };
 
 // Samples given as slots of keys; rows and dense parameters are filled later.
-PulledBatch MakeBatch(const std::vector<std::vector<std::vector<uint64_t>>>&
-                          samples,
-                      const std::vector<float>& labels, int num_dense,
-                      uint64_t row_dim, uint64_t dense_size, uint32_t seed) {
+PulledBatch MakeBatch(
+    const std::vector<std::vector<std::vector<uint64_t>>>& samples,
+    const std::vector<float>& labels, int num_dense, uint64_t row_dim,
+    uint64_t dense_size, uint32_t seed) {
   PulledBatch out;
   out.batch.num_slots = static_cast<int>(samples[0].size());
   out.batch.num_dense = num_dense;
@@ -102,8 +103,7 @@ PulledBatch SmallBatch(const Model& model, int num_dense, uint32_t seed) {
           {{2, 3}, {12}, {22}},
           {{1}, {10, 11, 12}, {20}},
       },
-      {1, 0, 1, 0, 1, 1}, num_dense, model.row_dim(), model.dense_size(),
-      seed);
+      {1, 0, 1, 0, 1, 1}, num_dense, model.row_dim(), model.dense_size(), seed);
 }
 
 struct TrainResult {
@@ -182,18 +182,18 @@ double NumericGradient(const Model& model, PulledBatch& pulled, float* param) {
 }
 
 TEST(ModelCreateTest, RejectsBadShapesNamingTheField) {
-  EXPECT_THAT(Model::Create(MakeTrain("xgboost"), 3, 0),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("train.model")));
-  EXPECT_THAT(Model::Create(MakeTrain("none"), 3, 0),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("train.model")));
-  EXPECT_THAT(Model::Create(MakeTrain("fm"), 0, 0),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("num_slots")));
-  EXPECT_THAT(Model::Create(MakeTrain("lr"), 2, -1),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("num_dense")));
+  EXPECT_THAT(
+      Model::Create(MakeTrain("xgboost"), 3, 0),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train.model")));
+  EXPECT_THAT(
+      Model::Create(MakeTrain("none"), 3, 0),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train.model")));
+  EXPECT_THAT(
+      Model::Create(MakeTrain("fm"), 0, 0),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_slots")));
+  EXPECT_THAT(
+      Model::Create(MakeTrain("lr"), 2, -1),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_dense")));
   EXPECT_THAT(Model::Create(MakeTrain("fm", 0), 3, 0),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("train.embedding_dim")));
@@ -311,8 +311,8 @@ TEST(FmModelTest, HandComputedLogit) {
   ASSERT_NE(model, nullptr);
   PulledBatch pulled =
       MakeBatch({{{1}, {2, 3}, {}}}, {1}, 0, model->row_dim(), 1, 1);
-  pulled.rows = {0.1f, 1, 2,  // key 1: slot 0
-                 0.2f, 1, 0,  // key 2: slot 1
+  pulled.rows = {0.1f, 1, 2,   // key 1: slot 0
+                 0.2f, 1, 0,   // key 2: slot 1
                  0.4f, 3, 2};  // key 3: slot 1
   pulled.dense = {-0.5f};
   // e_0 = (1, 2), e_1 = mean((1,0), (3,2)) = (2, 1), e_2 = 0:
@@ -326,9 +326,9 @@ TEST(FmModelTest, HandComputedLogit) {
   // d logit / d e_0 = e_1 + e_2 = (2, 1); d logit / d e_1 = e_0 + e_2 =
   // (1, 2), split evenly between slot 1's two keys (slot mean).
   const double g = Sigmoid(z) - 1;
-  const std::vector<double> expected = {g,     2 * g,     g,  // key 1
-                                        g / 2, g / 2,     g,  // key 2
-                                        g / 2, g / 2,     g};  // key 3
+  const std::vector<double> expected = {g,     2 * g, g,   // key 1
+                                        g / 2, g / 2, g,   // key 2
+                                        g / 2, g / 2, g};  // key 3
   ASSERT_EQ(r.row_grads.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_NEAR(r.row_grads[i], expected[i], 1e-6) << i;
@@ -376,12 +376,44 @@ TEST_P(GradientCheckTest, PredictEqualsTheProbabilitiesOfTrain) {
   EXPECT_NEAR(r.loss_sum, expected, 1e-4 * expected);
 }
 
+// The models keep per-thread scratch between calls: a call must not see the
+// previous one's leftovers, whatever its batch size or model, and another
+// thread must compute the same thing.
+TEST_P(GradientCheckTest, CallsAreIndependentOfEarlierCalls) {
+  const ModelCase& c = GetParam();
+  auto model = MustCreate(MakeTrain(c.model, 3, c.hidden), 3, c.num_dense);
+  auto other = MustCreate(MakeTrain("deepfm", 3, {7}), 3, c.num_dense);
+  ASSERT_NE(model, nullptr);
+  ASSERT_NE(other, nullptr);
+  const PulledBatch pulled = SmallBatch(*model, c.num_dense, /*seed=*/2);
+  const TrainResult first = RunTrain(*model, pulled);
+
+  const PulledBatch bigger =
+      MakeBatch(std::vector<std::vector<std::vector<uint64_t>>>(
+                    40, {{1, 2}, {10}, {20, 21}}),
+                std::vector<float>(40, 1.0f), c.num_dense, other->row_dim(),
+                other->dense_size(), /*seed=*/4);
+  RunTrain(*other, bigger);
+  const PulledBatch one = MakeBatch({{{3}, {}, {22}}}, {0}, c.num_dense,
+                                    model->row_dim(), model->dense_size(), 6);
+  RunTrain(*model, one);
+
+  const TrainResult again = RunTrain(*model, pulled);
+  EXPECT_EQ(again.p, first.p);
+  EXPECT_EQ(again.row_grads, first.row_grads);
+  EXPECT_EQ(again.dense_grad, first.dense_grad);
+  TrainResult elsewhere;
+  std::thread([&] { elsewhere = RunTrain(*model, pulled); }).join();
+  EXPECT_EQ(elsewhere.p, first.p);
+  EXPECT_EQ(elsewhere.row_grads, first.row_grads);
+  EXPECT_EQ(elsewhere.dense_grad, first.dense_grad);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllModels, GradientCheckTest,
     ::testing::Values(ModelCase{"lr", {}, 0}, ModelCase{"fm", {}, 0},
                       ModelCase{"deepfm", {5, 3}, 2},
-                      ModelCase{"deepfm", {}, 2},
-                      ModelCase{"deepfm", {4}, 0}),
+                      ModelCase{"deepfm", {}, 2}, ModelCase{"deepfm", {4}, 0}),
     [](const ::testing::TestParamInfo<ModelCase>& info) {
       std::string name = info.param.model;
       for (int w : info.param.hidden) name += "_" + std::to_string(w);
