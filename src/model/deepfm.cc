@@ -136,8 +136,7 @@ class DeepFmModel final : public Model {
     // then both flow back into the rows with the first-order gradient.
     const float* x = Activation(n, 0).data();
     AddFmInteractionGrad(num_slots_, k_, x, g, dh_data, in_);
-    ScatterSlotGrads(batch, params, row_dim(), k_, g, dh_data, in_,
-                     row_grads);
+    ScatterSlotGrads(batch, params, row_dim(), k_, g, dh_data, in_, row_grads);
     return loss;
   }
 
@@ -194,8 +193,8 @@ class DeepFmModel final : public Model {
   const int num_slots_;
   const int num_dense_;
   const int k_;
-  const Eigen::Index in_;            // MLP input width, S*k + num_dense
-  std::vector<Eigen::Index> widths_;  // {in, hidden..., 1}
+  const Eigen::Index in_;              // MLP input width, S*k + num_dense
+  std::vector<Eigen::Index> widths_;   // {in, hidden..., 1}
   std::vector<size_t> weight_offset_;  // per layer, incl. the output layer
   std::vector<size_t> bias_offset_;    // per hidden layer (output: unused)
   size_t dense_size_ = 0;

@@ -127,8 +127,8 @@ void ScatterSlotGrads(const Batch& batch, const BatchParams& params,
   }
 }
 
-void AddFmInteraction(int num_slots, int k, const float* emb,
-                      size_t emb_stride, std::span<float> logit) {
+void AddFmInteraction(int num_slots, int k, const float* emb, size_t emb_stride,
+                      std::span<float> logit) {
   for (size_t i = 0; i < logit.size(); ++i) {
     const float* e = emb + i * emb_stride;
     float interaction = 0;
@@ -154,7 +154,9 @@ void AddFmInteractionGrad(int num_slots, int k, const float* emb,
     float* de = demb + i * stride;
     for (int d = 0; d < k; ++d) {
       float sum = 0;
-      for (int s = 0; s < num_slots; ++s) sum += e[static_cast<size_t>(s) * k + d];
+      for (int s = 0; s < num_slots; ++s) {
+        sum += e[static_cast<size_t>(s) * k + d];
+      }
       for (int s = 0; s < num_slots; ++s) {
         const size_t at = static_cast<size_t>(s) * k + d;
         de[at] += g[i] * (sum - e[at]);

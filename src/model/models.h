@@ -62,14 +62,13 @@ void ScatterSlotGrads(const Batch& batch, const BatchParams& params,
 
 // Adds the field-level FM interaction ½ Σ_d ((Σ_s e_sd)² − Σ_s e_sd²) of
 // each sample's slot vectors (layout as in PoolSlots) to logit[i].
-void AddFmInteraction(int num_slots, int k, const float* emb,
-                      size_t emb_stride, std::span<float> logit);
+void AddFmInteraction(int num_slots, int k, const float* emb, size_t emb_stride,
+                      std::span<float> logit);
 
 // The backward pass of AddFmInteraction: adds g[i] * (Σ_s' e_s'd − e_sd) to
 // demb[i * stride + s * k + d] (emb and demb share `stride`).
 void AddFmInteractionGrad(int num_slots, int k, const float* emb,
-                          std::span<const float> g, float* demb,
-                          size_t stride);
+                          std::span<const float> g, float* demb, size_t stride);
 
 // `size` floats of scratch owned by the calling thread and kept between
 // calls, so that a steady stream of batches allocates nothing: a fresh
