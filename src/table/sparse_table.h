@@ -65,6 +65,9 @@ class SparseTable {
   // Adds the initialised row of `key`, which `stripe` does not hold, and
   // returns its slot. REQUIRES: stripe.mu held.
   uint32_t CreateRow(Stripe& stripe, uint64_t key);
+  // Whether the table is large enough for prefetching to pay (judged from
+  // `stripe`). REQUIRES: stripe.mu held.
+  bool WorthPrefetching(const Stripe& stripe) const;
   // Sets slots[j] to the slot of keys[j] for j < count, creating missing
   // rows, with the index prefetched ahead. REQUIRES: stripe.mu held.
   void LocateRows(Stripe& stripe, const uint64_t* keys, uint32_t count,
