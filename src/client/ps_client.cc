@@ -4,25 +4,26 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
-#include <optional>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/shard_map.h"
-#include "common/channel.h"
+#include "client/unique_keys.h"
 #include "common/bytes.h"
+#include "common/channel.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/version.h"
-#include "common/logging.h"
 
 namespace hetps {
 namespace {
@@ -58,26 +59,6 @@ class Latch {
   std::condition_variable cv_;
   size_t count_;
 };
-
-// Unique keys of a batch and where each original key went.
-struct Dedup {
-  std::vector<uint64_t> keys;
-  std::vector<uint32_t> index;  // original position → position in keys
-};
-
-Dedup Deduplicate(std::span<const uint64_t> keys) {
-  Dedup d;
-  absl::flat_hash_map<uint64_t, uint32_t> seen;
-  seen.reserve(keys.size());
-  d.index.resize(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, inserted] =
-        seen.try_emplace(keys[i], static_cast<uint32_t>(d.keys.size()));
-    if (inserted) d.keys.push_back(keys[i]);
-    d.index[i] = it->second;
-  }
-  return d;
-}
 
 // Keys of one request split by owning server: positions[s] lists indexes
 // into the key list, in order.
@@ -166,9 +147,8 @@ struct PsClient::Impl {
         return absl::UnavailableError(absl::StrCat(
             "PS server ", retry.front(), " at ",
             servers[retry.front()].endpoint, " unreachable for ",
-            absl::StrFormat("%.1f", waited),
-            " s (client.connect_deadline_s = ", options.rpc.connect_deadline_s,
-            "); last error: ", last_error));
+            absl::StrFormat("%.1f", waited), " s (client.connect_deadline_s = ",
+            options.rpc.connect_deadline_s, "); last error: ", last_error));
       }
       spdlog::debug("{} server(s) unavailable ({}), retrying in {:.2f} s",
                     retry.size(), last_error, backoff);
@@ -191,9 +171,8 @@ struct PsClient::Impl {
       return absl::NotFoundError(absl::StrCat("unknown table '", table, "'"));
     }
     if (it->second.sparse != sparse) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", table, "' is ",
-                       it->second.sparse ? "sparse" : "dense"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", table, "' is ", it->second.sparse ? "sparse" : "dense"));
     }
     return it->second;
   }
@@ -221,16 +200,14 @@ struct PsClient::Impl {
       if (map->num_servers() != servers.size()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "server ", s, " (", servers[s].endpoint, ") expects ",
-            map->num_servers(), " servers, the client knows ",
-            servers.size()));
+            map->num_servers(), " servers, the client knows ", servers.size()));
       }
       if (!shard_map) {
         shard_map = *map;
       } else if (map->version() != shard_map->version()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "servers disagree on the shard map: version ",
-            shard_map->version(), " vs ", map->version(), " at ",
-            servers[s].endpoint));
+            "servers disagree on the shard map: version ", shard_map->version(),
+            " vs ", map->version(), " at ", servers[s].endpoint));
       }
       for (const rpc::TableInfo& t : info.tables()) {
         TableMeta meta{t.schema().kind() == rpc::TABLE_KIND_SPARSE,
@@ -238,9 +215,9 @@ struct PsClient::Impl {
         auto [it, inserted] = tables.try_emplace(t.schema().name(), meta);
         if (!inserted &&
             (it->second.sparse != meta.sparse || it->second.dim != meta.dim)) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "servers disagree on the schema of table '", t.schema().name(),
-              "'"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("servers disagree on the schema of table '",
+                           t.schema().name(), "'"));
         }
       }
     }
@@ -290,24 +267,24 @@ absl::Status PsClient::PullSparse(const std::string& table,
   if (!meta.ok()) return meta.status();
   const uint64_t dim = meta->dim;
   if (out.size() != keys.size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PullSparse('", table, "'): output holds ", out.size(),
-        " floats, need ", keys.size(), " × ", dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PullSparse('", table, "'): output holds ", out.size(),
+                     " floats, need ", keys.size(), " × ", dim));
   }
   if (keys.empty()) return absl::OkStatus();
 
-  std::optional<Dedup> dedup;
+  UniqueKeys dedup;
+  bool repeated = false;
   std::span<const uint64_t> unique = keys;
   std::vector<float> unique_rows;
   std::span<float> rows = out;
   if (key_set == KeySet::kMayRepeat) {
-    dedup = Deduplicate(keys);
-    if (dedup->keys.size() < keys.size()) {
-      unique = dedup->keys;
+    dedup.Build(keys);
+    repeated = dedup.keys().size() < keys.size();
+    if (repeated) {
+      unique = dedup.keys();
       unique_rows.resize(unique.size() * dim);
       rows = unique_rows;
-    } else {
-      dedup.reset();
     }
   }
 
@@ -330,18 +307,17 @@ absl::Status PsClient::PullSparse(const std::string& table,
   }
   absl::Status status = impl_->CallAll(
       targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-        impl_->servers[s].stub->async()->PullSparse(ctx, &requests[s],
-                                                    &responses[s],
-                                                    std::move(done));
+        impl_->servers[s].stub->async()->PullSparse(
+            ctx, &requests[s], &responses[s], std::move(done));
       });
   if (!status.ok()) return status;
   for (uint32_t s : targets) {
     const std::string& bytes = responses[s].values();
     if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
-      return absl::InternalError(absl::StrCat(
-          "server ", s, " (", impl_->servers[s].endpoint, ") returned ",
-          bytes.size(), " bytes for ", positions[s].size(), " rows of dim ",
-          dim));
+      return absl::InternalError(
+          absl::StrCat("server ", s, " (", impl_->servers[s].endpoint,
+                       ") returned ", bytes.size(), " bytes for ",
+                       positions[s].size(), " rows of dim ", dim));
     }
     const char* src = bytes.data();
     const size_t row_bytes = dim * sizeof(float);
@@ -350,16 +326,17 @@ absl::Status PsClient::PullSparse(const std::string& table,
       src += row_bytes;
     }
   }
-  if (dedup) {
+  if (repeated) {
     for (size_t i = 0; i < keys.size(); ++i) {
-      std::memcpy(&out[i * dim], &unique_rows[dedup->index[i] * dim],
+      std::memcpy(&out[i * dim], &unique_rows[dedup.position()[i] * dim],
                   dim * sizeof(float));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status PsClient::PullDense(const std::string& table, std::span<float> out) {
+absl::Status PsClient::PullDense(const std::string& table,
+                                 std::span<float> out) {
   auto meta = impl_->Meta(table, /*sparse=*/false);
   if (!meta.ok()) return meta.status();
   if (out.size() != meta->dim) {
@@ -382,9 +359,8 @@ absl::Status PsClient::PullDense(const std::string& table, std::span<float> out)
   }
   absl::Status status = impl_->CallAll(
       targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-        impl_->servers[s].stub->async()->PullDense(ctx, &requests[s],
-                                                   &responses[s],
-                                                   std::move(done));
+        impl_->servers[s].stub->async()->PullDense(
+            ctx, &requests[s], &responses[s], std::move(done));
       });
   if (!status.ok()) return status;
   for (uint32_t s : targets) {
@@ -425,9 +401,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     if (!meta.sparse) {
       if (!grad.keys.empty() || grad.values.size() != meta.dim) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "Push('", grad.table, "'): dense table of size ", meta.dim,
-            " got ", grad.values.size(), " values and ", grad.keys.size(),
-            " keys"));
+            "Push('", grad.table, "'): dense table of size ", meta.dim, " got ",
+            grad.values.size(), " values and ", grad.keys.size(), " keys"));
       }
       for (uint32_t s = 0; s < n; ++s) {
         const auto [offset, length] = ShardMap::DenseSlice(meta.dim, s, n);
@@ -443,24 +418,24 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     }
     const uint64_t dim = meta.dim;
     if (grad.values.size() != grad.keys.size() * dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Push('", grad.table, "'): ", grad.keys.size(), " keys × dim ",
-          dim, " need ", grad.keys.size() * dim, " values, got ",
-          grad.values.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Push('", grad.table, "'): ", grad.keys.size(),
+                       " keys × dim ", dim, " need ", grad.keys.size() * dim,
+                       " values, got ", grad.values.size()));
     }
     std::span<const uint64_t> keys = grad.keys;
     std::span<const float> values = grad.values;
     std::vector<float> summed;
-    Dedup dedup;
+    UniqueKeys dedup;
     if (key_set == KeySet::kMayRepeat) {
-      dedup = Deduplicate(keys);
-      if (dedup.keys.size() < keys.size()) {
-        summed.assign(dedup.keys.size() * dim, 0.0f);
+      dedup.Build(keys);
+      if (dedup.keys().size() < keys.size()) {
+        summed.assign(dedup.keys().size() * dim, 0.0f);
         for (size_t i = 0; i < keys.size(); ++i) {
-          float* dst = &summed[dedup.index[i] * dim];
+          float* dst = &summed[dedup.position()[i] * dim];
           for (uint64_t j = 0; j < dim; ++j) dst[j] += values[i * dim + j];
         }
-        keys = dedup.keys;
+        keys = dedup.keys();
         values = summed;
       }
     }
@@ -489,8 +464,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
   std::vector<rpc::PushResponse> responses(n);
   absl::Status status = impl_->CallAll(
       targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-        impl_->servers[s].stub->async()->Push(ctx, &requests[s],
-                                              &responses[s], std::move(done));
+        impl_->servers[s].stub->async()->Push(ctx, &requests[s], &responses[s],
+                                              std::move(done));
       });
   if (!status.ok()) return status;
   impl_->clock.fetch_add(1);

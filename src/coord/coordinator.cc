@@ -5,21 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/channel.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "hetps/version.h"
 #include "server/ps_server.h"
-#include "common/logging.h"
 
 namespace hetps {
 namespace {
-
-absl::Status CheckProtocol(uint32_t version, const char* what) {
-  if (version == kProtocolVersion) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, ": protocol version mismatch: peer speaks ", version,
-      ", this coordinator speaks ", kProtocolVersion,
-      "; run the same hetps version on every node"));
-}
 
 const char* KindName(rpc::TableKind kind) {
   return kind == rpc::TABLE_KIND_SPARSE ? "sparse" : "dense";
@@ -34,8 +26,8 @@ std::chrono::system_clock::time_point DeadlineIn(double seconds) {
 
 Coordinator::Coordinator(const JobConfig& config)
     : config_(config),
-      shard_map_(ShardMap::Uniform(config.num_servers(),
-                                   config.server.num_buckets)),
+      shard_map_(
+          ShardMap::Uniform(config.num_servers(), config.server.num_buckets)),
       started_(absl::Now()) {
   for (const std::string& endpoint : config_.cluster.ps_endpoints) {
     servers_.push_back(rpc::ParameterServer::NewStub(
@@ -82,9 +74,9 @@ absl::Status Coordinator::CheckSchema(
       if (t.name == theirs.name()) ours = &t;
     }
     if (ours == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "table schema mismatch: table '", theirs.name(),
-          "' is not part of this job"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("table schema mismatch: table '", theirs.name(),
+                       "' is not part of this job"));
     }
     rpc::TableSchema expected;
     ToSchemaProto(*ours, &expected);
@@ -93,8 +85,8 @@ absl::Status Coordinator::CheckSchema(
       return absl::FailedPreconditionError(absl::StrCat(
           "table schema mismatch for '", theirs.name(), "': job has ",
           KindName(expected.kind()), " dim ", expected.dim(), " optimizer ",
-          expected.optimizer(), ", node has ", KindName(theirs.kind()),
-          " dim ", theirs.dim(), " optimizer ", theirs.optimizer()));
+          expected.optimizer(), ", node has ", KindName(theirs.kind()), " dim ",
+          theirs.dim(), " optimizer ", theirs.optimizer()));
     }
   }
   if (request.tables_size() != static_cast<int>(config_.tables.size())) {
@@ -108,7 +100,7 @@ absl::Status Coordinator::CheckSchema(
 grpc::Status Coordinator::Register(grpc::ServerContext*,
                                    const rpc::RegisterRequest* request,
                                    rpc::RegisterResponse* response) {
-  if (auto s = CheckProtocol(request->protocol_version(), "register");
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "register");
       !s.ok()) {
     spdlog::warn("refused registration of rank {}: {}", request->rank(),
                  std::string(s.message()));
@@ -124,11 +116,10 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
     std::lock_guard<std::mutex> lock(mu_);
     if (request->role() == rpc::ROLE_WORKER) {
       if (request->rank() >= workers_.size()) {
-        return grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("worker rank ", request->rank(),
-                         " out of range: the job has ", workers_.size(),
-                         " workers"));
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("worker rank ", request->rank(),
+                                         " out of range: the job has ",
+                                         workers_.size(), " workers"));
       }
       WorkerState& w = workers_[request->rank()];
       w.registered = true;
@@ -158,16 +149,16 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
 grpc::Status Coordinator::Heartbeat(grpc::ServerContext*,
                                     const rpc::HeartbeatRequest* request,
                                     rpc::HeartbeatResponse* response) {
-  if (auto s = CheckProtocol(request->protocol_version(), "heartbeat");
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "heartbeat");
       !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (request->role() == rpc::ROLE_WORKER) {
     if (request->rank() >= workers_.size()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("worker rank ", request->rank(),
-                                       " out of range"));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("worker rank ", request->rank(), " out of range"));
     }
     WorkerState& w = workers_[request->rank()];
     w.last_seen = absl::Now();
@@ -193,16 +184,17 @@ bool Coordinator::RemoveWorker(uint32_t rank, const std::string& reason) {
 grpc::Status Coordinator::Leave(grpc::ServerContext*,
                                 const rpc::LeaveRequest* request,
                                 rpc::LeaveResponse* response) {
-  if (auto s = CheckProtocol(request->protocol_version(), "leave"); !s.ok()) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "leave");
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   bool changed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (request->rank() >= workers_.size()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("worker rank ", request->rank(),
-                                       " out of range"));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("worker rank ", request->rank(), " out of range"));
     }
     changed = RemoveWorker(request->rank(), request->reason());
     response->set_epoch(epoch_);
@@ -215,15 +207,15 @@ grpc::Status Coordinator::Leave(grpc::ServerContext*,
 grpc::Status Coordinator::Barrier(grpc::ServerContext* context,
                                   const rpc::BarrierRequest* request,
                                   rpc::BarrierResponse* response) {
-  if (auto s = CheckProtocol(request->protocol_version(), "barrier");
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "barrier");
       !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (request->rank() >= workers_.size()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("worker rank ", request->rank(),
-                                     " out of range"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("worker rank ", request->rank(), " out of range"));
   }
   std::set<uint32_t>& arrived = barriers_[request->name()];
   arrived.insert(request->rank());
@@ -251,7 +243,7 @@ grpc::Status Coordinator::Barrier(grpc::ServerContext* context,
 grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
                                     const rpc::StatusRequest* request,
                                     rpc::StatusResponse* response) {
-  if (auto s = CheckProtocol(request->protocol_version(), "status");
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "status");
       !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -336,12 +328,11 @@ void Coordinator::WatchLiveness() {
       const absl::Duration silent = now - w.last_seen;
       if (w.registered && silent > timeout) {
         removed |= RemoveWorker(
-            r, absl::StrCat("no heartbeat for ",
-                            absl::FormatDuration(silent)));
+            r, absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)));
       } else if (!w.registered && silent > first_contact) {
-        removed |= RemoveWorker(
-            r, absl::StrCat("never registered within ",
-                            absl::FormatDuration(first_contact)));
+        removed |=
+            RemoveWorker(r, absl::StrCat("never registered within ",
+                                         absl::FormatDuration(first_contact)));
       }
     }
     if (removed) {
@@ -358,8 +349,9 @@ void Coordinator::WatchLiveness() {
 CoordinatorClient::CoordinatorClient(const JobConfig& config, uint32_t rank)
     : config_(config),
       rank_(rank),
-      stub_(rpc::Coordinator::NewStub(MakeChannel(
-          config.cluster.ps_endpoints.at(0), config.server.max_message_bytes))) {}
+      stub_(rpc::Coordinator::NewStub(
+          MakeChannel(config.cluster.ps_endpoints.at(0),
+                      config.server.max_message_bytes))) {}
 
 CoordinatorClient::~CoordinatorClient() {
   {
@@ -386,9 +378,9 @@ absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register() {
     rpc::RegisterResponse response;
     grpc::Status st = stub_->Register(&ctx, request, &response);
     if (st.ok()) return response;
-    const double waited = std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - start)
-                              .count();
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE) {
       return FromGrpcStatus(st);
     }
@@ -477,9 +469,9 @@ absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
   rpc::StatusResponse response;
   grpc::Status st = stub->GetStatus(&ctx, request, &response);
   if (!st.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                        absl::StrCat("coordinator at ", endpoint, ": ",
-                                     st.error_message()));
+    return absl::Status(
+        static_cast<absl::StatusCode>(st.error_code()),
+        absl::StrCat("coordinator at ", endpoint, ": ", st.error_message()));
   }
   return response;
 }

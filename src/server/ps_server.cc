@@ -6,19 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/bytes.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "hetps/version.h"
-#include "common/logging.h"
 
 namespace hetps {
 namespace {
-
-absl::Status CheckProtocol(uint32_t version) {
-  if (version == kProtocolVersion) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("protocol version mismatch: request speaks ", version,
-                   ", this server speaks ", kProtocolVersion));
-}
 
 // Index of the first non-finite value, or -1. Tests the exponent bits so the
 // loop vectorises; NaN and ±Inf are exactly the floats with all ones there.
@@ -74,10 +67,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
   auto aggregator = Aggregator::Create(
       config.mode, static_cast<uint32_t>(config.num_workers()));
   if (!aggregator.ok()) return aggregator.status();
-  std::unique_ptr<PsServer> server(
-      new PsServer(config, rank,
-                   ShardMap::Uniform(servers, config.server.num_buckets),
-                   std::move(*aggregator)));
+  std::unique_ptr<PsServer> server(new PsServer(
+      config, rank, ShardMap::Uniform(servers, config.server.num_buckets),
+      std::move(*aggregator)));
   for (const TableConfig& table : config.tables) {
     auto optimizer = Optimizer::Create(table.optimizer);
     if (!optimizer.ok()) {
@@ -125,10 +117,10 @@ absl::Status PsServer::CheckKeys(const std::string& table,
   for (uint64_t key : keys) {
     const uint32_t owner = shard_map_.ServerOf(key);
     if (owner != rank_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "table '", table, "': key ", key, " belongs to server ", owner,
-          ", not ", rank_, " (shard map version ", shard_map_.version(),
-          "); refresh the shard map"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("table '", table, "': key ", key, " belongs to server ",
+                       owner, ", not ", rank_, " (shard map version ",
+                       shard_map_.version(), "); refresh the shard map"));
     }
   }
   return absl::OkStatus();
@@ -137,14 +129,18 @@ absl::Status PsServer::CheckKeys(const std::string& table,
 absl::Status PsServer::AwaitPull(grpc::ServerContext* context,
                                  uint32_t worker_id, uint64_t clock) {
   return aggregator_->AwaitPull(
-      worker_id, clock, PullDeadline(context, config_.server.sync_wait_timeout_s),
+      worker_id, clock,
+      PullDeadline(context, config_.server.sync_wait_timeout_s),
       [context] { return context->IsCancelled(); });
 }
 
 absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
                                     const rpc::PullSparseRequest& request,
                                     rpc::PullSparseResponse* response) {
-  if (auto s = CheckProtocol(request.protocol_version()); !s.ok()) return s;
+  if (auto s = CheckProtocolVersion(request.protocol_version(), "pull");
+      !s.ok()) {
+    return s;
+  }
   SparseTable* table = sparse_table(request.table());
   if (table == nullptr) {
     return absl::NotFoundError(
@@ -156,9 +152,9 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
                      ", request says ", request.dim()));
   }
   if (request.keys().size() % sizeof(uint64_t) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", request.table(), "': keys field has ",
-        request.keys().size(), " bytes, not a multiple of 8"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", request.table(), "': keys field has ",
+                     request.keys().size(), " bytes, not a multiple of 8"));
   }
   std::vector<uint64_t> scratch;
   auto keys = ViewAs<uint64_t>(request.keys(), scratch);
@@ -167,8 +163,8 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
       !s.ok()) {
     return s;
   }
-  auto out = ResizeAs<float>(response->mutable_values(),
-                             keys.size() * table->dim());
+  auto out =
+      ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
   table->Pull(keys, out);
   return absl::OkStatus();
 }
@@ -182,7 +178,10 @@ grpc::Status PsServer::PullSparse(grpc::ServerContext* context,
 absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
                                    const rpc::PullDenseRequest& request,
                                    rpc::PullDenseResponse* response) {
-  if (auto s = CheckProtocol(request.protocol_version()); !s.ok()) return s;
+  if (auto s = CheckProtocolVersion(request.protocol_version(), "pull");
+      !s.ok()) {
+    return s;
+  }
   DenseTable* table = dense_table(request.table());
   if (table == nullptr) {
     return absl::NotFoundError(
@@ -209,7 +208,10 @@ grpc::Status PsServer::PullDense(grpc::ServerContext* context,
 }
 
 absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
-  if (auto s = CheckProtocol(request.protocol_version()); !s.ok()) return s;
+  if (auto s = CheckProtocolVersion(request.protocol_version(), "push");
+      !s.ok()) {
+    return s;
+  }
   if (request.batch_size() == 0) {
     return absl::InvalidArgumentError("push: batch_size must be >= 1");
   }
@@ -224,9 +226,9 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
   for (int g = 0; g < request.gradients_size(); ++g) {
     const rpc::TableGradient& grad = request.gradients(g);
     if (grad.values().size() % sizeof(float) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table '", grad.table(), "': values field has ",
-          grad.values().size(), " bytes, not a multiple of 4"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", grad.table(), "': values field has ",
+                       grad.values().size(), " bytes, not a multiple of 4"));
     }
     auto values = ViewAs<float>(grad.values(), value_scratch[g]);
     if (SparseTable* table = sparse_table(grad.table())) {
@@ -236,9 +238,9 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
                          ", push says ", grad.dim()));
       }
       if (grad.keys().size() % sizeof(uint64_t) != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", grad.table(), "': keys field has ", grad.keys().size(),
-            " bytes, not a multiple of 8"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", grad.table(), "': keys field has ",
+                         grad.keys().size(), " bytes, not a multiple of 8"));
       }
       auto keys = ViewAs<uint64_t>(grad.keys(), key_scratch[g]);
       if (values.size() != keys.size() * table->dim()) {
@@ -259,8 +261,7 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
         return absl::InvalidArgumentError(absl::StrCat(
             "table '", grad.table(), "': this server holds ", table->length(),
             " values [", table->offset(), ", ",
-            table->offset() + table->length(), "), push has ",
-            values.size()));
+            table->offset() + table->length(), "), push has ", values.size()));
       }
       if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
       view.dense.push_back({table, values});
@@ -287,7 +288,8 @@ grpc::Status PsServer::Push(grpc::ServerContext*,
 grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
                                     const rpc::TableInfoRequest* request,
                                     rpc::TableInfoResponse* response) {
-  if (auto s = CheckProtocol(request->protocol_version()); !s.ok()) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "table info");
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   response->set_server_rank(rank_);
@@ -317,7 +319,8 @@ grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
 grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
                                         const rpc::MembershipUpdate* request,
                                         rpc::MembershipAck*) {
-  if (auto s = CheckProtocol(request->protocol_version()); !s.ok()) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "membership");
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::vector<uint32_t> live(request->live_workers().begin(),

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "client/unique_keys.h"
 #include "common/logging.h"
 #include "coord/coordinator.h"
 #include "data/reader.h"
@@ -21,32 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A batch's keys reduced to unique rows, plus the row of every occurrence.
-// Built once per batch: the pull fetches each row once and the push carries
-// each row's summed gradient, so the client can skip its own dedup pass.
-class UniqueKeys {
- public:
-  void Build(std::span<const uint64_t> occurrences) {
-    keys_.clear();
-    row_.resize(occurrences.size());
-    index_.clear();
-    for (size_t i = 0; i < occurrences.size(); ++i) {
-      auto [it, inserted] = index_.try_emplace(
-          occurrences[i], static_cast<uint32_t>(keys_.size()));
-      if (inserted) keys_.push_back(occurrences[i]);
-      row_[i] = it->second;
-    }
-  }
-  const std::vector<uint64_t>& keys() const { return keys_; }
-  const std::vector<uint32_t>& row_of_key() const { return row_; }
-
- private:
-  std::vector<uint64_t> keys_;
-  std::vector<uint32_t> row_;
-  absl::flat_hash_map<uint64_t, uint32_t> index_;
-};
-
 // Everything one training loop reuses from batch to batch.
+// The batch's distinct keys: the pull fetches each row once and the push
+// carries each row's summed gradient, so the client skips its own dedup.
 struct Step {
   Batch batch;
   UniqueKeys unique;
@@ -84,13 +61,13 @@ class Worker {
     step.row_grads.resize(step.rows.size());
     step.dense_grad.resize(step.dense.size());
     const double loss = model_->Train(
-        step.batch, {step.unique.row_of_key(), step.rows, step.dense}, step.p,
+        step.batch, {step.unique.position(), step.rows, step.dense}, step.p,
         step.row_grads, step.dense_grad);
     const TableGrad grads[] = {
         {sparse_table(), step.unique.keys(), step.row_grads},
         {dense_table(), {}, step.dense_grad}};
-    if (auto s = client_->Push(grads, static_cast<uint32_t>(n),
-                               KeySet::kUnique);
+    if (auto s =
+            client_->Push(grads, static_cast<uint32_t>(n), KeySet::kUnique);
         !s.ok()) {
       return s;
     }
@@ -109,8 +86,7 @@ class Worker {
       if (auto s = Pull(step); !s.ok()) return s;
       step.p.resize(*n);
       model_->Predict(step.batch,
-                      {step.unique.row_of_key(), step.rows, step.dense},
-                      step.p);
+                      {step.unique.position(), step.rows, step.dense}, step.p);
       scores.insert(scores.end(), step.p.begin(), step.p.end());
       labels.insert(labels.end(), step.batch.labels.begin(),
                     step.batch.labels.end());
@@ -184,8 +160,8 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   coordinator.StartHeartbeats();
   if (auto s = coordinator.Barrier("start"); !s.ok()) return s;
   spdlog::info("training {} on {} ({} slots, {} dense), batch {}",
-               config.train.model, config.train.data.format,
-               shape->num_slots, shape->num_dense, config.train.batch_size);
+               config.train.model, config.train.data.format, shape->num_slots,
+               shape->num_dense, config.train.batch_size);
 
   TrainReport report;
   report.rank = rank;
@@ -222,8 +198,8 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
                                  report.samples / std::max(seconds, 1e-9));
       if (Clock::now() - last_log > std::chrono::seconds(2)) {
         last_log = Clock::now();
-        spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s",
-                     epoch + 1, report.steps, mean_recent(),
+        spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s", epoch + 1,
+                     report.steps, mean_recent(),
                      report.samples / std::max(seconds, 1e-9));
       }
     }
@@ -258,9 +234,10 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
     report.test_auc = point->auc;
     report.test_logloss = point->logloss;
     report.malformed_records += test->stats().malformed;
-    spdlog::info("final model: test AUC {:.4f} logloss {:.4f} on {} held-out "
-                 "samples",
-                 point->auc, point->logloss, test->stats().samples);
+    spdlog::info(
+        "final model: test AUC {:.4f} logloss {:.4f} on {} held-out "
+        "samples",
+        point->auc, point->logloss, test->stats().samples);
   }
   return report;
 }
