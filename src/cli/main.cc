@@ -116,6 +116,8 @@ int main(int argc, char** argv) {
   gen->add_option("--out", gen_out, "output file (TSV)")->required();
   gen->add_option("--samples", gen_config.samples, "number of samples");
   gen->add_option("--seed", gen_config.seed, "seed of teacher and samples");
+  gen->add_option("--vocab", gen_config.vocab,
+                  "ids of categorical column c: vocab >> (c % 4)");
 
   auto* status = app.add_subcommand("status", "show a running job");
   status->add_option("--coordinator", coordinator,
