@@ -8,10 +8,7 @@
 // pushes (sgd, async mode) and pulls its own N distinct keys `reps` times,
 // all workers at once; the JSON reports the median and p90 per request and
 // the aggregate keys/s (workers × N / median). Rows exist before timing.
-#include <arpa/inet.h>
 #include <malloc.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/process_group.h"
 #include "cli/roles.h"
+#include "common/ports.h"
 #include "hetps/ps_client.h"
 #include "nlohmann/json.hpp"
 
@@ -42,23 +40,8 @@ struct Timing {
 
 double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
-
-std::vector<std::string> FreeEndpoints(int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    out.push_back(absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)));
-    close(fd);
-  }
-  return out;
+  return v[std::min(v.size() - 1,
+                    static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
 }  // namespace
@@ -72,7 +55,8 @@ int main(int argc, char** argv) {
   std::string dims_list = "1,16";
   int reps = 20;
   std::string out_path;
-  app.add_option("--topologies", topologies, "servers x workers, comma-separated");
+  app.add_option("--topologies", topologies,
+                 "servers x workers, comma-separated");
   app.add_option("--keys", keys_list, "distinct keys per request");
   app.add_option("--dims", dims_list, "row widths");
   app.add_option("--reps", reps, "timed requests per case");
@@ -80,25 +64,36 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<uint64_t> key_counts, dims;
-  for (auto s : absl::StrSplit(keys_list, ',')) key_counts.push_back(std::stoull(std::string(s)));
-  for (auto s : absl::StrSplit(dims_list, ',')) dims.push_back(std::stoull(std::string(s)));
+  for (auto s : absl::StrSplit(keys_list, ','))
+    key_counts.push_back(std::stoull(std::string(s)));
+  for (auto s : absl::StrSplit(dims_list, ','))
+    dims.push_back(std::stoull(std::string(s)));
 
   nlohmann::json results = nlohmann::json::array();
   for (auto topo : absl::StrSplit(topologies, ',')) {
     std::vector<std::string> parts = absl::StrSplit(topo, 'x');
     const int servers = std::stoi(parts.at(0));
     const int workers = std::stoi(parts.at(1));
-    const auto endpoints = FreeEndpoints(servers);
+    auto ports = hetps::PickFreePorts("127.0.0.1", servers);
+    if (!ports.ok()) {
+      std::fprintf(stderr, "%s\n", ports.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<std::string> endpoints;
+    for (int port : *ports)
+      endpoints.push_back(absl::StrCat("127.0.0.1:", port));
 
     std::string yaml = absl::StrCat(
-        "name: bench\nmode: async\nlog_level: warn\ntrain: {model: none}\ncluster:\n  workers: ",
+        "name: bench\nmode: async\nlog_level: warn\ntrain: {model: "
+        "none}\ncluster:\n  workers: ",
         workers, "\n  ps_endpoints: [", absl::StrJoin(endpoints, ", "),
         "]\ntables:\n");
     for (uint64_t dim : dims) {
       absl::StrAppend(&yaml, "  - {name: d", dim, ", kind: sparse, dim: ", dim,
                       ", optimizer: {type: sgd, learning_rate: 0.01}}\n");
     }
-    const std::string config_path = absl::StrCat("/tmp/hetps-bench-", getpid(), ".yaml");
+    const std::string config_path =
+        absl::StrCat("/tmp/hetps-bench-", getpid(), ".yaml");
     std::ofstream(config_path) << yaml;
 
     std::atomic<int> listening{0};
@@ -150,7 +145,8 @@ int main(int argc, char** argv) {
             const hetps::TableGrad grad[] = {{table, keys, grads}};
             // Warm-up: create the rows, open the connections.
             (void)clients[w]->Push(grad, 1, hetps::KeySet::kUnique);
-            (void)clients[w]->PullSparse(table, keys, rows, hetps::KeySet::kUnique);
+            (void)clients[w]->PullSparse(table, keys, rows,
+                                         hetps::KeySet::kUnique);
             for (int r = 0; r < reps; ++r) {
               sync.arrive_and_wait();
               auto t0 = Clock::now();
@@ -158,14 +154,18 @@ int main(int argc, char** argv) {
               auto t1 = Clock::now();
               sync.arrive_and_wait();
               auto t2 = Clock::now();
-              auto p = clients[w]->PullSparse(table, keys, rows, hetps::KeySet::kUnique);
+              auto p = clients[w]->PullSparse(table, keys, rows,
+                                              hetps::KeySet::kUnique);
               auto t3 = Clock::now();
               if (!s.ok() || !p.ok()) {
-                std::fprintf(stderr, "%s %s\n", s.ToString().c_str(), p.ToString().c_str());
+                std::fprintf(stderr, "%s %s\n", s.ToString().c_str(),
+                             p.ToString().c_str());
                 std::exit(1);
               }
-              timing[w].push_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-              timing[w].pull_ms.push_back(std::chrono::duration<double, std::milli>(t3 - t2).count());
+              timing[w].push_ms.push_back(
+                  std::chrono::duration<double, std::milli>(t1 - t0).count());
+              timing[w].pull_ms.push_back(
+                  std::chrono::duration<double, std::milli>(t3 - t2).count());
             }
           });
         }
@@ -177,12 +177,17 @@ int main(int argc, char** argv) {
             all.insert(all.end(), v.begin(), v.end());
           }
           const double median = Percentile(all, 0.5);
-          nlohmann::json row = {{"servers", servers}, {"workers", workers},
-                                {"keys", n},          {"dim", dim},
-                                {"op", op},           {"median_ms", median},
-                                {"p90_ms", Percentile(all, 0.9)},
-                                {"keys_per_s", workers * n / (median / 1000.0)}};
-          std::fprintf(stderr, "%dx%d keys=%-8llu dim=%-3llu %s median %.3f ms\n",
+          nlohmann::json row = {
+              {"servers", servers},
+              {"workers", workers},
+              {"keys", n},
+              {"dim", dim},
+              {"op", op},
+              {"median_ms", median},
+              {"p90_ms", Percentile(all, 0.9)},
+              {"keys_per_s", workers * n / (median / 1000.0)}};
+          std::fprintf(stderr,
+                       "%dx%d keys=%-8llu dim=%-3llu %s median %.3f ms\n",
                        servers, workers, static_cast<unsigned long long>(n),
                        static_cast<unsigned long long>(dim), op, median);
           results.push_back(row);
@@ -193,7 +198,8 @@ int main(int argc, char** argv) {
     group.StopAll(std::chrono::seconds(5));
     std::remove(config_path.c_str());
   }
-  nlohmann::json doc = {{"benchmark", "push_pull"}, {"reps", reps}, {"results", results}};
+  nlohmann::json doc = {
+      {"benchmark", "push_pull"}, {"reps", reps}, {"results", results}};
   std::printf("%s\n", doc.dump(2).c_str());
   if (!out_path.empty()) std::ofstream(out_path) << doc.dump(2) << "\n";
   return 0;

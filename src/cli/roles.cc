@@ -1,9 +1,6 @@
 #include "cli/roles.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,51 +11,21 @@
 #include <map>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "cli/process_group.h"
+#include "common/logging.h"
+#include "common/ports.h"
 #include "coord/coordinator.h"
 #include "nlohmann/json.hpp"
 #include "server/server_node.h"
-#include "common/logging.h"
 #include "worker/trainer.h"
 
 namespace hetps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Free TCP ports on `host`, all bound at once so they differ, then released
-// for the servers to take (a tiny race another process could win; the
-// server then fails to bind and says so).
-absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host,
-                                               int count) {
-  std::vector<int> fds, ports;
-  absl::Status status;
-  for (int i = 0; i < count && status.ok(); ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = 0;
-    if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "cluster.host: '", host, "' is not an IPv4 address"));
-    } else if (fd < 0 ||
-               bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      status = absl::UnavailableError(
-          absl::StrCat("cannot bind a port on ", host));
-    } else {
-      socklen_t len = sizeof addr;
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-      ports.push_back(ntohs(addr.sin_port));
-    }
-    if (fd >= 0) fds.push_back(fd);
-  }
-  for (int fd : fds) close(fd);
-  if (!status.ok()) return status;
-  return ports;
-}
 
 }  // namespace
 
@@ -137,9 +104,9 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   });
 
   auto child_args = [&](const char* role, int rank) {
-    std::vector<std::string> argv = {options.self_path, role, "--config",
-                                     options.config_path, "--rank",
-                                     std::to_string(rank)};
+    std::vector<std::string> argv = {options.self_path, role,
+                                     "--config",        options.config_path,
+                                     "--rank",          std::to_string(rank)};
     for (const std::string& o : options.overrides) {
       argv.push_back("--set");
       argv.push_back(o);
@@ -273,8 +240,8 @@ int RunGenData(const CriteoGenConfig& config, const std::string& path) {
                                       {"positives", report->positives},
                                       {"teacher_auc", report->teacher_auc},
                                       {"path", path}})
-                           .dump()
-                           .c_str());
+                          .dump()
+                          .c_str());
   return kExitOk;
 }
 
@@ -316,17 +283,19 @@ int RunStatus(const std::string& coordinator_endpoint, bool json) {
               static_cast<unsigned long long>(status->epoch()),
               status->mode().c_str(), status->window());
   for (const rpc::WorkerStatus& w : status->workers()) {
-    std::printf("worker %u  %-5s step %llu  %.0f samples/s  heartbeat %.1fs ago %s\n",
-                w.rank(), w.live() ? "live" : "gone",
-                static_cast<unsigned long long>(w.step()), w.samples_per_s(),
-                w.last_heartbeat_age_s(), w.left_reason().c_str());
+    std::printf(
+        "worker %u  %-5s step %llu  %.0f samples/s  heartbeat %.1fs ago %s\n",
+        w.rank(), w.live() ? "live" : "gone",
+        static_cast<unsigned long long>(w.step()), w.samples_per_s(),
+        w.last_heartbeat_age_s(), w.left_reason().c_str());
   }
   for (const auto& s : j["servers"]) {
-    std::printf("server %d  %s  %s  rounds %llu  rows %s\n",
-                s["rank"].get<int>(), s["endpoint"].get<std::string>().c_str(),
-                s["reachable"].get<bool>() ? "up" : "DOWN",
-                static_cast<unsigned long long>(s["applied_rounds"].get<uint64_t>()),
-                s["table_rows"].dump().c_str());
+    std::printf(
+        "server %d  %s  %s  rounds %llu  rows %s\n", s["rank"].get<int>(),
+        s["endpoint"].get<std::string>().c_str(),
+        s["reachable"].get<bool>() ? "up" : "DOWN",
+        static_cast<unsigned long long>(s["applied_rounds"].get<uint64_t>()),
+        s["table_rows"].dump().c_str());
   }
   return kExitOk;
 }

@@ -1,8 +1,5 @@
 #include "support/test_support.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
@@ -16,30 +13,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/roles.h"
+#include "common/ports.h"
 
 namespace hetps::testing {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::vector<std::string> FreeEndpoints(int count) {
+  auto ports = PickFreePorts("127.0.0.1", count);
+  EXPECT_TRUE(ports.ok()) << ports.status();
   std::vector<std::string> endpoints;
-  while (static_cast<int>(endpoints.size()) < count) {
-    std::string e = absl::StrCat("127.0.0.1:", FreePort());
-    if (std::find(endpoints.begin(), endpoints.end(), e) == endpoints.end()) {
-      endpoints.push_back(e);
-    }
-  }
+  if (!ports.ok()) return endpoints;
+  for (int port : *ports) endpoints.push_back(absl::StrCat("127.0.0.1:", port));
   return endpoints;
 }
 
@@ -69,7 +52,8 @@ CommandResult RunCommand(const std::vector<std::string>& args,
   std::string cmd = absl::StrCat("timeout -k 5 ", limit.count());
   for (const std::string& a : args) {
     std::string quoted = "'";
-    for (char c : a) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    for (char c : a)
+      quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
     absl::StrAppend(&cmd, " ", quoted, "'");
   }
   absl::StrAppend(&cmd, " 2>&1");
@@ -84,9 +68,9 @@ CommandResult RunCommand(const std::vector<std::string>& args,
   }
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   return result;
 }
 
@@ -106,8 +90,9 @@ ServerProcesses::ServerProcesses()
     const std::vector<std::string>& extra) {
   const int before = listening_;
   for (int s = 0; s < count; ++s) {
-    std::vector<std::string> argv = {HetpsBinary(), "server", "--config",
-                                     config_path, "--rank", std::to_string(s)};
+    std::vector<std::string> argv = {HetpsBinary(), "server",
+                                     "--config",    config_path,
+                                     "--rank",      std::to_string(s)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto pid = group_.Spawn(absl::StrCat("server ", s), argv);
     if (!pid.ok()) {

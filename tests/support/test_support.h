@@ -27,17 +27,15 @@ const absl::Status& internal_status(const absl::StatusOr<T>& s) {
 MATCHER_P2(StatusIs, code, message_matcher, "") {
   const absl::Status& s = internal_status(arg);
   if (s.code() != code) {
-    *result_listener << "code " << absl::StatusCodeToString(s.code())
-                     << " (" << s.message() << ")";
+    *result_listener << "code " << absl::StatusCodeToString(s.code()) << " ("
+                     << s.message() << ")";
     return false;
   }
-  return ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
-                                       result_listener);
+  return ::testing::ExplainMatchResult(
+      message_matcher, std::string(s.message()), result_listener);
 }
 
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort();
+// `count` distinct "127.0.0.1:port" endpoints free a moment ago.
 std::vector<std::string> FreeEndpoints(int count);
 
 // A fresh directory under the test's temp dir, removed at destruction.
@@ -54,8 +52,8 @@ class TempDir {
 };
 
 struct CommandResult {
-  int exit_code = -1;   // 124 when the time limit killed it
-  std::string output;   // stdout and stderr together
+  int exit_code = -1;  // 124 when the time limit killed it
+  std::string output;  // stdout and stderr together
   double seconds = 0;
 };
 
