@@ -93,6 +93,11 @@ struct DataConfig {
   double test_fraction = 0.1;  // records hashed into the test split
   uint64_t split_seed = 1;
   double max_bad_fraction = 0.05;  // more malformed records stop the job
+  // Train samples are read in blocks of this many and handed out in a
+  // seeded random order, a new one each epoch (0 = file order). Data sorted
+  // by user or by time trains badly in file order. Files only: synthetic
+  // samples are independent draws already.
+  uint64_t shuffle_buffer = 65536;
   bool movielens_tags = false;     // movielens: tags as a fourth slot
   int libfm_slots = 0;             // libfm ("label slot:index:value"): slots
   // synthetic: an in-memory LR teacher, no file needed.

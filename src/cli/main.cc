@@ -118,6 +118,18 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", gen_config.seed, "seed of teacher and samples");
   gen->add_option("--vocab", gen_config.vocab,
                   "ids of categorical column c: vocab >> (c % 4)");
+  gen->add_option("--zipf", gen_config.zipf_s,
+                  "Zipf exponent of the categorical ids");
+  gen->add_option("--missing-rate", gen_config.missing_rate,
+                  "probability that a field is empty");
+  gen->add_option("--teacher-rank", gen_config.teacher_rank,
+                  "rank of the teacher's pairwise interactions");
+  gen->add_option("--teacher-scale", gen_config.teacher_scale,
+                  "std. deviation of the teacher's first-order part");
+  gen->add_option("--pair-scale", gen_config.pair_scale,
+                  "std. deviation of the teacher's pairwise part");
+  gen->add_option("--positive-rate", gen_config.positive_rate,
+                  "fraction of positive labels the bias aims at");
 
   auto* status = app.add_subcommand("status", "show a running job");
   status->add_option("--coordinator", coordinator,

@@ -119,6 +119,7 @@ void Fields(DataConfig& c, Visit&& visit) {
   visit("test_fraction", c.test_fraction);
   visit("split_seed", c.split_seed);
   visit("max_bad_fraction", c.max_bad_fraction);
+  visit("shuffle_buffer", c.shuffle_buffer);
   visit("movielens_tags", c.movielens_tags);
   visit("libfm_slots", c.libfm_slots);
   visit("train_samples", c.train_samples);

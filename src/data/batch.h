@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <span>
 #include <vector>
 
@@ -44,6 +45,21 @@ struct Batch {
   void AddKey(uint64_t key) { keys.push_back(key); }
   void EndSlot() { offsets.push_back(static_cast<uint32_t>(keys.size())); }
   void AddDense(float value) { dense.push_back(value); }
+
+  // Appends a copy of sample `i` of `from` (same num_slots and num_dense).
+  void AppendSample(const Batch& from, size_t i) {
+    labels.push_back(from.labels[i]);
+    dense.insert(dense.end(), from.dense.begin() + i * num_dense,
+                 from.dense.begin() + (i + 1) * num_dense);
+    const size_t first = i * num_slots;
+    const uint32_t base = from.offsets[first];
+    const uint32_t shift = static_cast<uint32_t>(keys.size()) - base;
+    keys.insert(keys.end(), from.keys.begin() + base,
+                from.keys.begin() + from.offsets[first + num_slots]);
+    for (int s = 1; s <= num_slots; ++s) {
+      offsets.push_back(from.offsets[first + s] + shift);
+    }
+  }
 };
 
 }  // namespace hetps

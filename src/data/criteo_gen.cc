@@ -138,13 +138,13 @@ class Generator {
       salt_[c] = static_cast<uint32_t>(Mix64(config.seed * 131 + c + 1));
     }
     // Split teacher_scale evenly over the features a sample has on average,
-    // and over its pairs for the interaction part: both parts then have
-    // about teacher_scale standard deviation whatever rank and missing rate.
+    // and pair_scale over its pairs: the two parts then have about those
+    // standard deviations whatever rank and missing rate.
     const double n = std::max(1.0, kCriteoSlots * (1 - config.missing_rate));
     w_scale_ = config.teacher_scale / std::sqrt(n);
     const double pair_terms =
         n * (n - 1) / 2 * std::max(1, config.teacher_rank);
-    v_scale_ = std::sqrt(config.teacher_scale / std::sqrt(pair_terms));
+    v_scale_ = std::sqrt(config.pair_scale / std::sqrt(pair_terms));
   }
 
   void Make(uint64_t index, Sample* s) const {
@@ -272,6 +272,9 @@ absl::Status CheckConfig(const CriteoGenConfig& c) {
   if (!(c.teacher_scale >= 0 && std::isfinite(c.teacher_scale))) {
     return bad("teacher_scale",
                absl::StrCat("must be >= 0, got ", c.teacher_scale));
+  }
+  if (!(c.pair_scale >= 0 && std::isfinite(c.pair_scale))) {
+    return bad("pair_scale", absl::StrCat("must be >= 0, got ", c.pair_scale));
   }
   if (!(c.positive_rate > 0 && c.positive_rate < 1)) {
     return bad("positive_rate",

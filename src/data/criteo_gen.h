@@ -34,10 +34,11 @@ struct CriteoGenConfig {
   uint64_t vocab = 10000;
   double missing_rate = 0.05;  // per field, in [0, 1)
   int teacher_rank = 4;        // pairwise interaction rank, 0..64
-  // Standard deviation of the teacher's first-order part and, separately,
-  // of its pairwise part (before the bias). 1.0 gives a teacher AUC of about
-  // 0.8 with the other defaults.
+  // Standard deviation of the teacher's first-order part and of its
+  // pairwise part (before the bias). 1.0 and 1.0 give a teacher AUC of
+  // about 0.8 with the other defaults.
   double teacher_scale = 1.0;
+  double pair_scale = 1.0;
   double positive_rate = 0.25;  // the bias aims at this, in (0, 1)
 };
 

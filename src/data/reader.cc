@@ -1,5 +1,6 @@
 #include "data/reader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -7,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -400,6 +403,66 @@ class SyntheticReader final : public Reader {
   ReaderStats stats_;
 };
 
+// Hands out the train samples of `inner` in a seeded random order: reads a
+// block of `block` samples, emits them permuted, reads the next. A share
+// that fits in one block is fully shuffled; a larger one is shuffled within
+// blocks. The order depends on (seed, shard, epoch) only.
+class ShuffleReader final : public Reader {
+ public:
+  ShuffleReader(std::unique_ptr<Reader> inner, uint64_t block, uint64_t seed,
+                uint32_t shard)
+      : inner_(std::move(inner)), block_(block), seed_(seed), shard_(shard) {}
+
+  int num_slots() const override { return inner_->num_slots(); }
+  int num_dense() const override { return inner_->num_dense(); }
+  const ReaderStats& stats() const override { return inner_->stats(); }
+
+  absl::StatusOr<size_t> Next(size_t max_samples, Batch* batch) override {
+    batch->Clear();
+    batch->num_slots = inner_->num_slots();
+    batch->num_dense = inner_->num_dense();
+    while (batch->size() < max_samples) {
+      if (next_ == order_.size()) {
+        absl::StatusOr<size_t> n = inner_->Next(block_, &pool_);
+        if (!n.ok()) return n.status();
+        if (*n == 0) break;
+        order_.resize(*n);
+        std::iota(order_.begin(), order_.end(), uint32_t{0});
+        std::mt19937_64 rng(
+            Mix64(seed_ ^ Mix64((uint64_t{epoch_} << 32) ^ shard_ ^
+                                Mix64(blocks_++))));
+        std::shuffle(order_.begin(), order_.end(), rng);
+        next_ = 0;
+      }
+      batch->AppendSample(pool_, order_[next_++]);
+    }
+    return batch->size();
+  }
+
+  absl::Status Rewind() override {
+    order_.clear();
+    next_ = 0;
+    blocks_ = 0;
+    ++epoch_;
+    return inner_->Rewind();
+  }
+
+ private:
+  const std::unique_ptr<Reader> inner_;
+  const uint64_t block_;
+  const uint64_t seed_;
+  const uint32_t shard_;
+  Batch pool_;                   // the current block
+  std::vector<uint32_t> order_;  // its permutation
+  size_t next_ = 0;              // next position in order_
+  uint64_t blocks_ = 0;          // blocks read this epoch
+  uint32_t epoch_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Reader>> OpenUnshuffled(
+    const DataConfig& config, Split split, uint32_t shard,
+    uint32_t num_shards);
+
 }  // namespace
 
 bool ParseUint64(std::string_view text, uint64_t* value) {
@@ -489,6 +552,27 @@ absl::StatusOr<DataShape> ShapeOf(const DataConfig& config) {
 absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const DataConfig& config,
                                                    Split split, uint32_t shard,
                                                    uint32_t num_shards) {
+  absl::StatusOr<std::unique_ptr<Reader>> reader =
+      OpenUnshuffled(config, split, shard, num_shards);
+  // Synthetic samples are independent draws already: nothing to shuffle.
+  if (!reader.ok() || split != Split::kTrain || config.shuffle_buffer == 0 ||
+      config.format == "synthetic") {
+    return reader;
+  }
+  if (config.shuffle_buffer > (uint64_t{1} << 32) - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shuffle_buffer: at most 2^32-1 samples, got ",
+        config.shuffle_buffer));
+  }
+  return std::make_unique<ShuffleReader>(
+      *std::move(reader), config.shuffle_buffer, config.split_seed, shard);
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Reader>> OpenUnshuffled(
+    const DataConfig& config, Split split, uint32_t shard,
+    uint32_t num_shards) {
   // Also rejects unknown formats and bad slot counts.
   if (absl::StatusOr<DataShape> shape = ShapeOf(config); !shape.ok()) {
     return shape.status();
@@ -523,5 +607,7 @@ absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const DataConfig& config,
   return OpenLineReader(config, config.path, std::move(parser), split, shard,
                         num_shards);
 }
+
+}  // namespace
 
 }  // namespace hetps

@@ -52,7 +52,7 @@ TEST(TrainingTest, MovieLensDeepFmReachesTheAucBarInOneEpoch) {
   EXPECT_GT(run.summary["samples"].get<uint64_t>(), 88000u);
   EXPECT_LT(run.summary["samples"].get<uint64_t>(), 93000u);
   EXPECT_EQ(run.summary["malformed_records"], 0);
-  EXPECT_GE(run.summary["test_auc"].get<double>(), 0.77);
+  EXPECT_GE(run.summary["test_auc"].get<double>(), 0.785);
   EXPECT_LT(run.summary["test_logloss"].get<double>(), 0.65);
 }
 
@@ -75,6 +75,31 @@ TEST(TrainingTest, OneAndFourSyncWorkersReachTheSameAuc) {
   const double b = four.summary["test_auc"].get<double>();
   EXPECT_GT(a, 0.7);
   EXPECT_NEAR(a, b, 0.005) << "1 worker " << a << ", 4 workers " << b;
+}
+
+TEST(TrainingTest, DeepFmComesCloseToTheTeacherOnGeneratedCriteo) {
+  // The example job on 600k generated samples (the documented run uses 2M
+  // and lands within 0.01; with 600k the rare ids are still under-trained
+  // and the measured gap is ~0.015).
+  TempDir dir;
+  CriteoGenConfig gen;
+  gen.samples = 600000;
+  gen.vocab = 100;
+  gen.seed = 1;
+  const std::string data = dir.path() + "/criteo.tsv";
+  absl::StatusOr<CriteoGenReport> teacher = GenerateCriteo(gen, data);
+  ASSERT_TRUE(teacher.ok()) << teacher.status();
+  ASSERT_GT(teacher->teacher_auc, 0.79);
+  const Launched run = Launch(
+      dir, testing::SourcePath("examples/criteo-synthetic.yaml"),
+      {absl::StrCat("train.data.path=", data)});
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  EXPECT_EQ(run.summary["model"], "deepfm");
+  const double auc = run.summary["test_auc"].get<double>();
+  EXPECT_GT(auc, teacher->teacher_auc - 0.02)
+      << "teacher " << teacher->teacher_auc;
+  EXPECT_LT(auc, teacher->teacher_auc + 0.01)
+      << "no model beats the teacher by more than the test set's noise";
 }
 
 std::string CriteoJob(const std::string& path) {

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -82,6 +83,7 @@ DataConfig FileConfig(const std::string& format, const std::string& path) {
   c.format = format;
   c.path = path;
   c.test_fraction = 0;  // every record in the train split
+  c.shuffle_buffer = 0;  // file order (ReaderShuffleTest turns it on)
   return c;
 }
 
@@ -462,6 +464,56 @@ TEST(ReaderSplitTest, RewindReplaysTheSameSequence) {
   EXPECT_EQ(first, second);
   EXPECT_EQ(reader->stats().samples, stats.samples);
   EXPECT_EQ(reader->stats().records, 500u);
+}
+
+TEST(ReaderShuffleTest, BlocksArePermutedBySeedShardAndEpoch) {
+  TempDir dir;
+  DataConfig config = FileConfig("libsvm", NumberedRecords(dir, 500));
+  config.test_fraction = 0.2;
+  const std::vector<uint64_t> file_order = RecordsOf(*MustOpen(config));
+  ASSERT_GT(file_order.size(), 300u);
+  config.shuffle_buffer = 64;
+  std::unique_ptr<Reader> reader = MustOpen(config);
+  ASSERT_NE(reader, nullptr);
+  const std::vector<uint64_t> first = RecordsOf(*reader);
+  EXPECT_EQ(reader->stats().samples, file_order.size());
+  ASSERT_TRUE(reader->Rewind().ok());
+  const std::vector<uint64_t> second = RecordsOf(*reader);
+  // Each block of 64 is a permutation of the same 64 records in file order:
+  // nothing lost, nothing repeated, nothing moved across a block.
+  for (const auto* order : {&first, &second}) {
+    ASSERT_EQ(order->size(), file_order.size());
+    EXPECT_NE(*order, file_order);
+    for (size_t at = 0; at < file_order.size(); at += 64) {
+      const size_t end = std::min(at + 64, file_order.size());
+      std::vector<uint64_t> block(order->begin() + at, order->begin() + end);
+      std::sort(block.begin(), block.end());
+      EXPECT_EQ(block, std::vector<uint64_t>(file_order.begin() + at,
+                                             file_order.begin() + end))
+          << "block at " << at;
+    }
+  }
+  EXPECT_NE(first, second) << "every epoch gets its own order";
+  // The order is a function of the config: a second reader repeats it.
+  EXPECT_EQ(RecordsOf(*MustOpen(config)), first);
+  // The test split is never shuffled (evaluation does not care, and its
+  // order stays comparable between runs).
+  config.test_fraction = 0.5;
+  const std::vector<uint64_t> test = RecordsOf(*MustOpen(config, Split::kTest));
+  EXPECT_GT(test.size(), 100u);
+  EXPECT_TRUE(std::is_sorted(test.begin(), test.end()));
+}
+
+TEST(ReaderShuffleTest, ABlockLargerThanTheShareShufflesItWhole) {
+  TempDir dir;
+  DataConfig config = FileConfig("libsvm", NumberedRecords(dir, 300));
+  config.shuffle_buffer = 1000;
+  std::vector<uint64_t> order = RecordsOf(*MustOpen(config, Split::kTrain, 1, 2));
+  ASSERT_EQ(order.size(), 150u);
+  // Records of the last third turn up in the first third of the order.
+  EXPECT_GT(*std::max_element(order.begin(), order.begin() + 50), 200u);
+  std::sort(order.begin(), order.end());
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], 2 * i + 1);
 }
 
 // ----------------------------------------------------------------- errors
