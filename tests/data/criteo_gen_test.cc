@@ -119,6 +119,30 @@ TEST(CriteoGenTest, SameSeedSameBytesOtherSeedOtherBytes) {
   EXPECT_NE(ReadFile(a), ReadFile(c));
 }
 
+TEST(CriteoGenTest, TheTeachersTwoPartsSetItsAuc) {
+  // Without either part the labels are coin flips at the positive rate; each
+  // part alone is a weaker teacher than both together.
+  TempDir dir;
+  CriteoGenConfig config = SmallConfig();
+  config.samples = 20000;
+  auto auc = [&](double linear, double pairs) {
+    config.teacher_scale = linear;
+    config.pair_scale = pairs;
+    absl::StatusOr<CriteoGenReport> r =
+        GenerateCriteo(config, dir.path() + "/t.tsv");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->teacher_auc : 0.0;
+  };
+  const double none = auc(0, 0);
+  const double linear = auc(1, 0);
+  const double pairs = auc(0, 1);
+  const double both = auc(1, 1);
+  EXPECT_NEAR(none, 0.5, 0.02);
+  EXPECT_GT(linear, 0.65);
+  EXPECT_GT(pairs, 0.6);
+  EXPECT_GT(both, std::max(linear, pairs) + 0.02);
+}
+
 TEST(CriteoGenTest, RejectsBadConfigAndUnwritablePath) {
   TempDir dir;
   CriteoGenConfig config = SmallConfig();
@@ -131,6 +155,11 @@ TEST(CriteoGenTest, RejectsBadConfigAndUnwritablePath) {
   EXPECT_THAT(
       GenerateCriteo(config, dir.path() + "/x"),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("teacher_rank")));
+  config = SmallConfig();
+  config.pair_scale = -1;
+  EXPECT_THAT(
+      GenerateCriteo(config, dir.path() + "/x"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pair_scale")));
   EXPECT_THAT(GenerateCriteo(SmallConfig(), dir.path() + "/no/such/dir/x"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/such/dir")));
 }
