@@ -98,6 +98,11 @@ struct DataConfig {
   // by user or by time trains badly in file order. Files only: synthetic
   // samples are independent draws already.
   uint64_t shuffle_buffer = 65536;
+  // The train split is cut into this many chunks that workers take from
+  // the coordinator one at a time, so a fast worker trains on more of the
+  // data than a slow one and nobody idles at the end of an epoch
+  // (0 = 16 per worker).
+  int chunks = 0;
   bool movielens_tags = false;     // movielens: tags as a fourth slot
   int libfm_slots = 0;             // libfm ("label slot:index:value"): slots
   // synthetic: an in-memory LR teacher, no file needed.
@@ -106,6 +111,55 @@ struct DataConfig {
   int fields = 8;                 // categorical fields per sample
   uint64_t ids_per_field = 1000;  // distinct ids in each field
   uint64_t seed = 7;
+};
+
+// semi_async (DESIGN.md "Consistency, precisely"): the servers' gradient
+// queue and the window that bounds both the queue and how far a worker may
+// run ahead of the slowest live one.
+struct SemiAsyncConfig {
+  int window_min = 2;
+  int window_max = 256;
+  // A queue holding a push older than this is applied whatever its length
+  // (the time bound).
+  double flush_after_s = 0.5;
+  // The WindowController re-reads the servers' queue statistics this often
+  // and adjusts the window (false: the initial window stays).
+  bool adapt_window = true;
+  double adapt_every_s = 2.0;
+  // A gradient computed on parameters `s` applies old is weighted by
+  // 1 / (1 + staleness_decay * s).
+  double staleness_decay = 0.5;
+};
+
+// One slow-down of an emulated device: from from_s to to_s seconds after
+// the worker starts training it runs at `factor` of its throughput.
+struct SlowdownConfig {
+  double from_s = 0;
+  double to_s = 0;
+  double factor = 1;
+};
+
+// An emulated machine for the workers in `ranks` (DESIGN.md: DeviceProfile).
+// Lets one computer reproduce a mixed cluster; always labelled as emulation.
+struct DeviceProfileConfig {
+  std::vector<int> ranks;
+  double throughput = 0;      // samples/s; 0 = as fast as this machine runs
+  double memory_mb = 0;       // a larger batch fails as out of memory; 0 = ∞
+  double bandwidth_mbps = 0;  // pushes and pulls are throttled; 0 = ∞
+  int batch_size = 0;         // fixed batch for these workers (0 = planned)
+  int push_freq = 0;          // fixed push_freq (0 = planned)
+  std::vector<SlowdownConfig> slowdowns;
+};
+
+// The BatchPlanner (coordinator): batch sizes from measured throughput.
+struct PlannerConfig {
+  // fixed: every worker uses train.batch_size. proportional: batch ∝
+  // throughput, the sum kept at train.batch_size × workers, capped by
+  // memory. auto: proportional in semi_async, fixed otherwise.
+  std::string batch_plan = "auto";
+  // Re-plan when a worker's throughput moved by more than this fraction
+  // since the last plan.
+  double replan_threshold = 0.2;
 };
 
 struct TrainConfig {
@@ -119,13 +173,19 @@ struct TrainConfig {
   InitializerConfig init;  // sparse rows (dense weights: the model's own)
   DataConfig data;
   int eval_every_epochs = 1;  // rank 0 evaluates then and at the end
+  // Also evaluate every this many seconds while training (0 = off), from a
+  // separate thread of rank 0: AUC over wall time for benchmarks.
+  double eval_every_s = 0;
 };
 
 struct JobConfig {
   std::string name = "hetps-job";
   ClusterConfig cluster;
   ConsistencyMode mode = ConsistencyMode::kSync;
-  int window = 0;  // semi_async; 0 = choose from throughputs
+  int window = 0;  // semi_async initial window; 0 = choose from throughputs
+  SemiAsyncConfig semi_async;
+  PlannerConfig planner;
+  std::vector<DeviceProfileConfig> device_profiles;
   // Tables of the job. When empty, the model's own (ResolveModelTables).
   std::vector<TableConfig> tables;
   ServerOptions server;
@@ -135,6 +195,10 @@ struct JobConfig {
 
   int num_servers() const;
   int num_workers() const;
+  // The emulated profile of worker `rank`, or nullptr (a real machine).
+  const DeviceProfileConfig* ProfileOf(uint32_t rank) const;
+  // Whether batches follow throughput (planner.batch_plan resolved).
+  bool ProportionalBatches() const;
 };
 
 // Checks every field; the error names the field ("cluster.workers: must be

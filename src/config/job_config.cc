@@ -120,6 +120,7 @@ void Fields(DataConfig& c, Visit&& visit) {
   visit("split_seed", c.split_seed);
   visit("max_bad_fraction", c.max_bad_fraction);
   visit("shuffle_buffer", c.shuffle_buffer);
+  visit("chunks", c.chunks);
   visit("movielens_tags", c.movielens_tags);
   visit("libfm_slots", c.libfm_slots);
   visit("train_samples", c.train_samples);
@@ -127,6 +128,40 @@ void Fields(DataConfig& c, Visit&& visit) {
   visit("fields", c.fields);
   visit("ids_per_field", c.ids_per_field);
   visit("seed", c.seed);
+}
+
+template <typename Visit>
+void Fields(SemiAsyncConfig& c, Visit&& visit) {
+  visit("window_min", c.window_min);
+  visit("window_max", c.window_max);
+  visit("flush_after_s", c.flush_after_s);
+  visit("adapt_window", c.adapt_window);
+  visit("adapt_every_s", c.adapt_every_s);
+  visit("staleness_decay", c.staleness_decay);
+}
+
+template <typename Visit>
+void Fields(SlowdownConfig& c, Visit&& visit) {
+  visit("from_s", c.from_s);
+  visit("to_s", c.to_s);
+  visit("factor", c.factor);
+}
+
+template <typename Visit>
+void Fields(DeviceProfileConfig& c, Visit&& visit) {
+  visit("ranks", c.ranks);
+  visit("throughput", c.throughput);
+  visit("memory_mb", c.memory_mb);
+  visit("bandwidth_mbps", c.bandwidth_mbps);
+  visit("batch_size", c.batch_size);
+  visit("push_freq", c.push_freq);
+  visit("slowdowns", c.slowdowns);
+}
+
+template <typename Visit>
+void Fields(PlannerConfig& c, Visit&& visit) {
+  visit("batch_plan", c.batch_plan);
+  visit("replan_threshold", c.replan_threshold);
 }
 
 template <typename Visit>
@@ -141,6 +176,7 @@ void Fields(TrainConfig& c, Visit&& visit) {
   visit("init", c.init);
   visit("data", c.data);
   visit("eval_every_epochs", c.eval_every_epochs);
+  visit("eval_every_s", c.eval_every_s);
 }
 
 template <typename Visit>
@@ -149,6 +185,9 @@ void Fields(JobConfig& c, Visit&& visit) {
   visit("cluster", c.cluster);
   visit("mode", c.mode);
   visit("window", c.window);
+  visit("semi_async", c.semi_async);
+  visit("planner", c.planner);
+  visit("device_profiles", c.device_profiles);
   visit("tables", c.tables);
   visit("server", c.server);
   visit("client", c.client);
@@ -621,6 +660,9 @@ absl::Status ValidateTrain(const TrainConfig& train) {
   CONFIG_RETURN_IF_ERROR(
       CheckAtLeast("train.eval_every_epochs", train.eval_every_epochs, 1));
   CONFIG_RETURN_IF_ERROR(
+      CheckNonNegative("train.eval_every_s", train.eval_every_s));
+  CONFIG_RETURN_IF_ERROR(CheckAtLeast("train.data.chunks", train.data.chunks, 0));
+  CONFIG_RETURN_IF_ERROR(
       CheckOneOf("train.model", "model", train.model, kModels));
   CONFIG_RETURN_IF_ERROR(CheckOneOf("train.data.format", "format",
                                     train.data.format, kDataFormats));
@@ -646,6 +688,70 @@ absl::Status ValidateTrain(const TrainConfig& train) {
       CheckAtLeast("train.data.fields", train.data.fields, 1));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast<uint64_t>("train.data.ids_per_field",
                                                 train.data.ids_per_field, 1));
+  return absl::OkStatus();
+}
+
+constexpr absl::string_view kBatchPlans[] = {"fixed", "proportional", "auto"};
+
+absl::Status ValidateHeterogeneity(const JobConfig& config) {
+  const SemiAsyncConfig& sa = config.semi_async;
+  CONFIG_RETURN_IF_ERROR(
+      CheckAtLeast("semi_async.window_min", sa.window_min, 1));
+  CONFIG_RETURN_IF_ERROR(
+      CheckAtLeast("semi_async.window_max", sa.window_max, sa.window_min));
+  CONFIG_RETURN_IF_ERROR(
+      CheckPositive("semi_async.flush_after_s", sa.flush_after_s));
+  CONFIG_RETURN_IF_ERROR(
+      CheckPositive("semi_async.adapt_every_s", sa.adapt_every_s));
+  CONFIG_RETURN_IF_ERROR(
+      CheckNonNegative("semi_async.staleness_decay", sa.staleness_decay));
+  CONFIG_RETURN_IF_ERROR(CheckOneOf("planner.batch_plan", "batch plan",
+                                    config.planner.batch_plan, kBatchPlans));
+  CONFIG_RETURN_IF_ERROR(CheckPositive("planner.replan_threshold",
+                                       config.planner.replan_threshold));
+  std::vector<int> group_of(config.num_workers(), -1);
+  for (size_t g = 0; g < config.device_profiles.size(); ++g) {
+    const std::string path = IndexPath("device_profiles", g);
+    const DeviceProfileConfig& p = config.device_profiles[g];
+    if (p.ranks.empty()) return Invalid(path, ".ranks: must list workers");
+    for (int r : p.ranks) {
+      if (r < 0 || r >= config.num_workers()) {
+        return Invalid(path, ".ranks: worker ", r, " out of range (the job has ",
+                       config.num_workers(), " workers)");
+      }
+      if (group_of[r] >= 0) {
+        return Invalid(path, ".ranks: worker ", r,
+                       " is also in device_profiles[", group_of[r], "]");
+      }
+      group_of[r] = static_cast<int>(g);
+    }
+    CONFIG_RETURN_IF_ERROR(
+        CheckNonNegative(JoinPath(path, "throughput"), p.throughput));
+    CONFIG_RETURN_IF_ERROR(
+        CheckNonNegative(JoinPath(path, "memory_mb"), p.memory_mb));
+    CONFIG_RETURN_IF_ERROR(
+        CheckNonNegative(JoinPath(path, "bandwidth_mbps"), p.bandwidth_mbps));
+    CONFIG_RETURN_IF_ERROR(
+        CheckAtLeast(JoinPath(path, "batch_size"), p.batch_size, 0));
+    CONFIG_RETURN_IF_ERROR(
+        CheckAtLeast(JoinPath(path, "push_freq"), p.push_freq, 0));
+    for (size_t i = 0; i < p.slowdowns.size(); ++i) {
+      const std::string sp = IndexPath(JoinPath(path, "slowdowns"), i);
+      const SlowdownConfig& d = p.slowdowns[i];
+      CONFIG_RETURN_IF_ERROR(CheckNonNegative(JoinPath(sp, "from_s"), d.from_s));
+      if (!(d.to_s > d.from_s)) {
+        return Invalid(sp, ".to_s: must be > from_s (", d.from_s, "), got ",
+                       d.to_s);
+      }
+      if (!(d.factor > 0 && d.factor <= 1)) {
+        return Invalid(sp, ".factor: must be in (0, 1], got ", d.factor);
+      }
+      if (p.throughput == 0) {
+        return Invalid(sp, ": a slow-down needs ", path,
+                       ".throughput (the speed it slows down from)");
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -702,6 +808,20 @@ int JobConfig::num_workers() const {
              : static_cast<int>(cluster.worker_endpoints.size());
 }
 
+const DeviceProfileConfig* JobConfig::ProfileOf(uint32_t rank) const {
+  for (const DeviceProfileConfig& p : device_profiles) {
+    for (int r : p.ranks) {
+      if (static_cast<uint32_t>(r) == rank) return &p;
+    }
+  }
+  return nullptr;
+}
+
+bool JobConfig::ProportionalBatches() const {
+  if (planner.batch_plan == "auto") return mode == ConsistencyMode::kSemiAsync;
+  return planner.batch_plan == "proportional";
+}
+
 absl::Status ValidateJobConfig(JobConfig& config) {
   if (config.name.empty()) return Invalid("name: must not be empty");
   CONFIG_RETURN_IF_ERROR(ValidateCluster(config.cluster));
@@ -709,6 +829,7 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(ValidateServer(config.server, config.num_servers()));
   CONFIG_RETURN_IF_ERROR(ValidateClient(config.client, config.server));
   CONFIG_RETURN_IF_ERROR(ValidateTrain(config.train));
+  CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("log_level", "level", config.log_level, kLogLevels));
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/channel.h"
 #include "common/logging.h"
@@ -17,6 +18,11 @@ const char* KindName(rpc::TableKind kind) {
   return kind == rpc::TABLE_KIND_SPARSE ? "sparse" : "dense";
 }
 
+uint64_t SampleBytesOrZero(const JobConfig& config) {
+  absl::StatusOr<uint64_t> bytes = BytesPerSample(config);
+  return bytes.ok() ? *bytes : 0;
+}
+
 std::chrono::system_clock::time_point DeadlineIn(double seconds) {
   return std::chrono::system_clock::now() +
          std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -24,23 +30,36 @@ std::chrono::system_clock::time_point DeadlineIn(double seconds) {
 
 }  // namespace
 
+uint32_t TrainChunks(const JobConfig& config) {
+  return static_cast<uint32_t>(config.train.data.chunks > 0
+                                   ? config.train.data.chunks
+                                   : 16 * config.num_workers());
+}
+
 Coordinator::Coordinator(const JobConfig& config)
     : config_(config),
       shard_map_(
           ShardMap::Uniform(config.num_servers(), config.server.num_buckets)),
-      started_(absl::Now()) {
+      started_(absl::Now()),
+      chunks_(TrainChunks(config)),
+      window_(config.semi_async,
+              InitialWindow(config, ProfiledThroughputs(config))),
+      planner_(config_, SampleBytesOrZero(config)) {
   for (const std::string& endpoint : config_.cluster.ps_endpoints) {
     servers_.push_back(rpc::ParameterServer::NewStub(
         MakeChannel(endpoint, config_.server.max_message_bytes)));
   }
   workers_.resize(config_.num_workers());
   for (WorkerState& w : workers_) w.last_seen = started_;
+  std::lock_guard<std::mutex> lock(mu_);
+  Replan();
 }
 
 Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Start() {
   watcher_ = std::thread([this] { WatchLiveness(); });
+  control_ = std::thread([this] { Control(); });
 }
 
 void Coordinator::Stop() {
@@ -50,6 +69,7 @@ void Coordinator::Stop() {
   }
   changed_.notify_all();
   if (watcher_.joinable()) watcher_.join();
+  if (control_.joinable()) control_.join();
 }
 
 std::vector<uint32_t> Coordinator::LiveWorkers() const {
@@ -165,9 +185,151 @@ grpc::Status Coordinator::Heartbeat(grpc::ServerContext*,
     w.step = request->step();
     w.samples = request->samples();
     w.samples_per_s = request->samples_per_s();
+    w.clock = request->clock();
+    w.batch_size = request->batch_size();
+    w.push_freq = request->push_freq();
+    w.busy_fraction = request->busy_fraction();
+    w.compute_samples_per_s = request->compute_samples_per_s();
+    w.emulated = request->emulated();
+    w.memory_mb = request->memory_mb();
+    const WorkerPlan& plan = planner_.plan()[request->rank()];
+    rpc::BatchPlan* out = response->mutable_plan();
+    out->set_version(planner_.version());
+    out->set_batch_size(plan.batch_size);
+    out->set_push_freq(plan.push_freq);
+    out->set_reason(plan.reason);
   }
   response->set_epoch(epoch_);
+  response->set_window(window_.window());
   return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
+                                    const rpc::ChunkRequest* request,
+                                    rpc::ChunkResponse* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "chunk");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (request->rank() >= workers_.size()) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("worker rank ", request->rank(), " out of range"));
+  }
+  response->set_chunks(chunks_);
+  const uint64_t total = uint64_t{chunks_} * config_.train.epochs;
+  if (chunks_given_ >= total) {
+    response->set_done(true);
+    return grpc::Status::OK;
+  }
+  response->set_chunk(static_cast<uint32_t>(chunks_given_ % chunks_));
+  response->set_epoch(static_cast<uint32_t>(chunks_given_ / chunks_));
+  ++chunks_given_;
+  ++workers_[request->rank()].chunks_done;
+  return grpc::Status::OK;
+}
+
+void Coordinator::Replan() {
+  std::vector<WorkerCapability> caps(workers_.size());
+  for (uint32_t r = 0; r < workers_.size(); ++r) {
+    const WorkerState& w = workers_[r];
+    const DeviceProfileConfig* profile = config_.ProfileOf(r);
+    caps[r].live = w.live;
+    caps[r].throughput = w.compute_samples_per_s > 0 ? w.compute_samples_per_s
+                         : profile != nullptr        ? profile->throughput
+                                                     : 0;
+    caps[r].memory_mb = w.memory_mb > 0         ? w.memory_mb
+                        : profile != nullptr    ? profile->memory_mb
+                                                : 0;
+  }
+  if (!planner_.Update(caps)) return;
+  for (uint32_t r = 0; r < workers_.size(); ++r) {
+    if (!workers_[r].live) continue;
+    const WorkerPlan& p = planner_.plan()[r];
+    spdlog::info("plan {}: worker {} batch {} push_freq {} ({})",
+                 planner_.version(), r, p.batch_size, p.push_freq, p.reason);
+  }
+}
+
+std::vector<std::optional<rpc::TableInfoResponse>> Coordinator::PollServers() {
+  std::vector<std::optional<rpc::TableInfoResponse>> out(servers_.size());
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(2.0));
+    rpc::TableInfoRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    rpc::TableInfoResponse info;
+    if (servers_[s]->GetTableInfo(&ctx, req, &info).ok()) out[s] = info;
+  }
+  return out;
+}
+
+void Coordinator::Control() {
+  const bool adapt = config_.mode == ConsistencyMode::kSemiAsync &&
+                     config_.semi_async.adapt_window;
+  const auto period = std::chrono::milliseconds(static_cast<int64_t>(
+      std::min(config_.semi_async.adapt_every_s, 1.0) * 1000));
+  auto last_adapt = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    changed_.wait_for(lock, period);
+    if (stopping_) break;
+    Replan();
+    const auto now = std::chrono::steady_clock::now();
+    if (!adapt || std::chrono::duration<double>(now - last_adapt).count() <
+                      config_.semi_async.adapt_every_s) {
+      continue;
+    }
+    last_adapt = now;
+    lock.unlock();
+    const auto infos = PollServers();
+    WindowSignals total;
+    std::map<uint32_t, uint64_t> staleness;
+    for (const auto& info : infos) {
+      if (!info) continue;
+      const rpc::AggregatorStats& st = info->stats();
+      total.pushes += st.pushes();
+      total.pushes_into_empty += st.pushes_into_empty();
+      total.pulls += st.pulls();
+      total.ssp_waits += st.ssp_waits();
+      total.applies += st.applies();
+      total.applies_by_time += st.applies_by_time();
+      for (const rpc::WorkerClock& c : st.clocks()) {
+        staleness[c.worker()] =
+            std::max(staleness[c.worker()], c.last_staleness());
+      }
+    }
+    WindowSignals period_signals{
+        .pushes = total.pushes - last_signals_.pushes,
+        .pushes_into_empty =
+            total.pushes_into_empty - last_signals_.pushes_into_empty,
+        .pulls = total.pulls - last_signals_.pulls,
+        .ssp_waits = total.ssp_waits - last_signals_.ssp_waits,
+        .applies = total.applies - last_signals_.applies,
+        .applies_by_time = total.applies_by_time - last_signals_.applies_by_time};
+    // A restarted server's counters start again from zero.
+    if (total.pushes < last_signals_.pushes) period_signals = total;
+    last_signals_ = total;
+    lock.lock();
+    for (const auto& [w, st] : staleness) {
+      if (w < workers_.size()) workers_[w].staleness = st;
+    }
+    std::optional<WindowChange> change = window_.Adjust(period_signals);
+    if (!change) continue;
+    const std::string line = absl::StrFormat(
+        "%.1f s: window %d -> %d, %s",
+        absl::ToDoubleSeconds(absl::Now() - started_), change->from, change->to,
+        change->reason);
+    spdlog::info("{}", line);
+    window_changes_.push_back(line);
+    if (window_changes_.size() > 50) {
+      window_changes_.erase(window_changes_.begin());
+    }
+    lock.unlock();
+    BroadcastMembership();
+    lock.lock();
+  }
 }
 
 bool Coordinator::RemoveWorker(uint32_t rank, const std::string& reason) {
@@ -251,8 +413,12 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
     std::lock_guard<std::mutex> lock(mu_);
     response->set_epoch(epoch_);
     response->set_mode(ConsistencyModeName(config_.mode));
-    response->set_window(config_.window);
+    response->set_window(window_.window());
+    for (const std::string& line : window_changes_) {
+      response->add_window_changes(line);
+    }
     const absl::Time now = absl::Now();
+    response->set_elapsed_s(absl::ToDoubleSeconds(now - started_));
     for (uint32_t r = 0; r < workers_.size(); ++r) {
       const WorkerState& w = workers_[r];
       rpc::WorkerStatus* ws = response->add_workers();
@@ -263,23 +429,27 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
       ws->set_samples_per_s(w.samples_per_s);
       ws->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - w.last_seen));
       ws->set_left_reason(w.left_reason);
+      ws->set_clock(w.clock);
+      ws->set_batch_size(w.batch_size);
+      ws->set_push_freq(w.push_freq);
+      ws->set_busy_fraction(w.busy_fraction);
+      ws->set_compute_samples_per_s(w.compute_samples_per_s);
+      ws->set_staleness(w.staleness);
+      ws->set_emulated(w.emulated);
+      ws->set_chunks_done(w.chunks_done);
     }
   }
-  // Ask every server for its tables, outside the lock.
+  // Ask every server for its tables and queue, outside the lock.
+  const auto infos = PollServers();
   for (uint32_t s = 0; s < servers_.size(); ++s) {
     rpc::ServerStatus* ss = response->add_servers();
     ss->set_rank(s);
     ss->set_endpoint(config_.cluster.ps_endpoints[s]);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(2.0));
-    rpc::TableInfoRequest req;
-    req.set_protocol_version(kProtocolVersion);
-    rpc::TableInfoResponse info;
-    grpc::Status st = servers_[s]->GetTableInfo(&ctx, req, &info);
-    ss->set_reachable(st.ok());
-    if (!st.ok()) continue;
-    ss->set_applied_rounds(info.applied_rounds());
-    *ss->mutable_tables() = info.tables();
+    ss->set_reachable(infos[s].has_value());
+    if (!infos[s]) continue;
+    ss->set_applied_rounds(infos[s]->applied_rounds());
+    *ss->mutable_tables() = infos[s]->tables();
+    *ss->mutable_stats() = infos[s]->stats();
   }
   return grpc::Status::OK;
 }
@@ -291,6 +461,7 @@ void Coordinator::BroadcastMembership() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     update.set_epoch(epoch_);
+    update.set_window(window_.window());
     for (uint32_t r = 0; r < workers_.size(); ++r) {
       if (workers_[r].live) update.add_live_workers(r);
     }
@@ -397,11 +568,56 @@ absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register() {
   }
 }
 
-void CoordinatorClient::ReportProgress(uint64_t step, uint64_t samples,
-                                       double samples_per_s) {
-  step_ = step;
-  samples_ = samples;
-  samples_per_s_ = samples_per_s;
+void CoordinatorClient::ReportProgress(const Progress& progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_ = progress;
+}
+
+rpc::BatchPlan CoordinatorClient::plan() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_;
+}
+
+absl::Status CoordinatorClient::HeartbeatNow() {
+  rpc::HeartbeatRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_role(rpc::ROLE_WORKER);
+  request.set_rank(rank_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Progress& p = progress_;
+    request.set_step(p.step);
+    request.set_samples(p.samples);
+    request.set_samples_per_s(p.samples_per_s);
+    request.set_clock(p.clock);
+    request.set_batch_size(p.batch_size);
+    request.set_push_freq(p.push_freq);
+    request.set_busy_fraction(p.busy_fraction);
+    request.set_compute_samples_per_s(p.compute_samples_per_s);
+    request.set_emulated(p.emulated);
+    request.set_memory_mb(p.memory_mb);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(config_.client.heartbeat_interval_s * 2));
+  rpc::HeartbeatResponse response;
+  grpc::Status st = stub_->Heartbeat(&ctx, request, &response);
+  if (!st.ok()) return FromGrpcStatus(st);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (response.plan().version() != plan_.version()) plan_ = response.plan();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<rpc::ChunkResponse> CoordinatorClient::NextChunk() {
+  rpc::ChunkRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_rank(rank_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(config_.client.rpc_timeout_s));
+  ctx.set_wait_for_ready(true);
+  rpc::ChunkResponse response;
+  grpc::Status st = stub_->NextChunk(&ctx, request, &response);
+  if (!st.ok()) return FromGrpcStatus(st);
+  return response;
 }
 
 void CoordinatorClient::StartHeartbeats() {
@@ -411,19 +627,8 @@ void CoordinatorClient::StartHeartbeats() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_cv_.wait_for(lock, interval, [this] { return stop_; })) {
       lock.unlock();
-      rpc::HeartbeatRequest request;
-      request.set_protocol_version(kProtocolVersion);
-      request.set_role(rpc::ROLE_WORKER);
-      request.set_rank(rank_);
-      request.set_step(step_);
-      request.set_samples(samples_);
-      request.set_samples_per_s(samples_per_s_);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(config_.client.heartbeat_interval_s * 2));
-      rpc::HeartbeatResponse response;
-      grpc::Status st = stub_->Heartbeat(&ctx, request, &response);
-      if (!st.ok()) {
-        spdlog::debug("heartbeat failed: {}", st.error_message());
+      if (absl::Status s = HeartbeatNow(); !s.ok()) {
+        spdlog::debug("heartbeat failed: {}", s.message());
       }
       lock.lock();
     }

@@ -10,7 +10,16 @@
 //    registered gets client.connect_deadline_s on top). Each change bumps the
 //    epoch and is sent to every server, so no mode waits for a gone worker.
 //  - Barrier: blocks until every live worker reached the named barrier.
-//  - GetStatus: workers' progress and throughput, servers' tables.
+//  - Data: the train split is cut into chunks (train.data.chunks); NextChunk
+//    hands them out in order, epoch after epoch, to whichever worker asks,
+//    so faster workers train on more of them.
+//  - Control (semi_async and planned batches): a thread reads the servers'
+//    queue statistics every semi_async.adapt_every_s, lets the
+//    WindowController adjust the window (sent to the servers with the live
+//    set) and the BatchPlanner re-plan from the throughputs the workers
+//    report; workers get their plan and the window in heartbeat replies.
+//  - GetStatus: workers' progress, throughput, plan, clock and staleness,
+//    servers' queues, CPU and tables, the window and its changes.
 //
 // Thread-safety: handlers run concurrently; one mutex guards the state, and
 // no RPC is made while holding it.
@@ -23,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,10 +42,16 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/shard_map.h"
+#include "coord/batch_planner.h"
+#include "coord/window_controller.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 
 namespace hetps {
+
+// The number of chunks the train split is cut into (train.data.chunks, or
+// 16 per worker): the same on every node.
+uint32_t TrainChunks(const JobConfig& config);
 
 class Coordinator final : public rpc::Coordinator::Service {
  public:
@@ -63,6 +79,9 @@ class Coordinator final : public rpc::Coordinator::Service {
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const rpc::StatusRequest* request,
                          rpc::StatusResponse* response) override;
+  grpc::Status NextChunk(grpc::ServerContext* context,
+                         const rpc::ChunkRequest* request,
+                         rpc::ChunkResponse* response) override;
 
   std::vector<uint32_t> LiveWorkers() const;
   uint64_t epoch() const;
@@ -76,15 +95,30 @@ class Coordinator final : public rpc::Coordinator::Service {
     uint64_t samples = 0;
     double samples_per_s = 0;
     std::string left_reason;
+    uint64_t clock = 0;
+    uint32_t batch_size = 0;
+    uint32_t push_freq = 0;
+    double busy_fraction = 0;
+    double compute_samples_per_s = 0;
+    double memory_mb = 0;
+    bool emulated = false;
+    uint64_t chunks_done = 0;
+    uint64_t staleness = 0;  // from the servers' last statistics
   };
 
   absl::Status CheckSchema(const rpc::RegisterRequest& request) const;
   // Marks `rank` gone; returns true if it was live. REQUIRES: mu_ held.
   bool RemoveWorker(uint32_t rank, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends the current live set to every server (outside the lock).
+  // Sends the current live set and window to every server (outside the
+  // lock).
   void BroadcastMembership();
   void WatchLiveness();
+  // The control loop: window adaptation and batch planning.
+  void Control();
+  // Each server's statistics (nullopt: unreachable), outside the lock.
+  std::vector<std::optional<rpc::TableInfoResponse>> PollServers();
+  void Replan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const JobConfig config_;
@@ -99,9 +133,16 @@ class Coordinator final : public rpc::Coordinator::Service {
   // barrier name → ranks arrived
   std::map<std::string, std::set<uint32_t>> barriers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  const uint32_t chunks_;
+  uint64_t chunks_given_ ABSL_GUARDED_BY(mu_) = 0;  // over all epochs
+  WindowController window_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> window_changes_ ABSL_GUARDED_BY(mu_);
+  BatchPlanner planner_ ABSL_GUARDED_BY(mu_);
+  WindowSignals last_signals_;  // control thread only: counters last seen
 
   std::mutex broadcast_mu_;  // serialises broadcasts so epochs arrive in order
   std::thread watcher_;
+  std::thread control_;
 };
 
 // A worker's side of the coordinator: registration (retried until the
@@ -119,7 +160,25 @@ class CoordinatorClient {
   // Starts heartbeating every client.heartbeat_interval_s with the progress
   // last given to ReportProgress.
   void StartHeartbeats();
-  void ReportProgress(uint64_t step, uint64_t samples, double samples_per_s);
+  struct Progress {
+    uint64_t step = 0;
+    uint64_t samples = 0;
+    double samples_per_s = 0;
+    uint64_t clock = 0;
+    uint32_t batch_size = 0;
+    uint32_t push_freq = 0;
+    double busy_fraction = 0;
+    double compute_samples_per_s = 0;
+    bool emulated = false;
+    double memory_mb = 0;
+  };
+  void ReportProgress(const Progress& progress);
+  // The latest plan from the coordinator (version 0 until the first reply).
+  rpc::BatchPlan plan() const;
+  // Sends one heartbeat now (the first plan arrives before training).
+  absl::Status HeartbeatNow();
+  // The next chunk of the train split; `done` when there is none left.
+  absl::StatusOr<rpc::ChunkResponse> NextChunk();
   absl::Status Barrier(const std::string& name);
   // Stops heartbeats and leaves the live set.
   absl::Status Leave(const std::string& reason);
@@ -128,9 +187,9 @@ class CoordinatorClient {
   const JobConfig config_;
   const uint32_t rank_;
   std::unique_ptr<rpc::Coordinator::Stub> stub_;
-  std::atomic<uint64_t> step_{0}, samples_{0};
-  std::atomic<double> samples_per_s_{0};
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  Progress progress_;    // guarded by mu_
+  rpc::BatchPlan plan_;  // guarded by mu_
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by mu_
   std::thread heartbeat_;

@@ -218,6 +218,15 @@ class LineReader final : public Reader {
     return SkipHeader();
   }
 
+  absl::Status Seek(uint32_t shard, uint32_t) override {
+    if (shard >= num_shards_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reader shard ", shard, " of ", num_shards_, ": need shard < shards"));
+    }
+    shard_ = shard;
+    return Rewind();
+  }
+
  private:
   absl::Status SkipHeader() {
     stats_ = ReaderStats();
@@ -324,7 +333,7 @@ class LineReader final : public Reader {
   const std::string format_;
   const std::unique_ptr<LineParser> parser_;
   const Split split_;
-  const uint32_t shard_;
+  uint32_t shard_;
   const uint32_t num_shards_;
   const double test_fraction_;
   const uint64_t split_seed_;
@@ -392,10 +401,19 @@ class SyntheticReader final : public Reader {
     return absl::OkStatus();
   }
 
+  absl::Status Seek(uint32_t shard, uint32_t) override {
+    if (shard >= num_shards_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reader shard ", shard, " of ", num_shards_, ": need shard < shards"));
+    }
+    shard_ = shard;
+    return Rewind();
+  }
+
  private:
   const SyntheticLrData data_;
   const Split split_;
-  const uint32_t shard_;
+  uint32_t shard_;
   const uint32_t num_shards_;
   const uint64_t size_;
   std::vector<uint64_t> keys_;  // scratch for one sample
@@ -439,19 +457,22 @@ class ShuffleReader final : public Reader {
     return batch->size();
   }
 
-  absl::Status Rewind() override {
+  absl::Status Rewind() override { return Seek(shard_, epoch_ + 1); }
+
+  absl::Status Seek(uint32_t shard, uint32_t pass) override {
     order_.clear();
     next_ = 0;
     blocks_ = 0;
-    ++epoch_;
-    return inner_->Rewind();
+    shard_ = shard;
+    epoch_ = pass;
+    return inner_->Seek(shard, pass);
   }
 
  private:
   const std::unique_ptr<Reader> inner_;
   const uint64_t block_;
   const uint64_t seed_;
-  const uint32_t shard_;
+  uint32_t shard_;
   Batch pool_;                   // the current block
   std::vector<uint32_t> order_;  // its permutation
   size_t next_ = 0;              // next position in order_

@@ -52,6 +52,12 @@ class Reader {
   // Starts the share again from its first record (next epoch).
   virtual absl::Status Rewind() = 0;
 
+  // Switches to share `shard` (of the same number of shards) and starts it
+  // from its first record, as pass `pass` (0-based; a shuffled reader
+  // permutes each pass differently). Chunked training reads chunk after
+  // chunk through one reader this way.
+  virtual absl::Status Seek(uint32_t shard, uint32_t pass) = 0;
+
   virtual const ReaderStats& stats() const = 0;
 };
 

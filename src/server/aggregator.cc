@@ -1,7 +1,9 @@
 #include "server/aggregator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -32,9 +34,86 @@ class LiveSet {
   const std::set<uint32_t>& workers() const { return live_; }
   uint64_t epoch() const { return epoch_; }
 
+  // Clocks: pushes received per worker (live or not).
+  void NoteClock(uint32_t w, uint64_t clock) {
+    uint64_t& c = clocks_[w];
+    c = std::max(c, clock);
+  }
+  uint64_t ClockOf(uint32_t w) const {
+    auto it = clocks_.find(w);
+    return it == clocks_.end() ? 0 : it->second;
+  }
+  // The smallest clock among live workers (0 when none is live).
+  uint64_t SlowestLiveClock() const {
+    uint64_t slowest = std::numeric_limits<uint64_t>::max();
+    for (uint32_t w : live_) slowest = std::min(slowest, ClockOf(w));
+    return live_.empty() ? 0 : slowest;
+  }
+  void FillClocks(AggregatorStats* stats) const {
+    for (const auto& [w, c] : clocks_) {
+      stats->clocks.push_back({.worker = w, .clock = c, .last_staleness = 0});
+    }
+  }
+
  private:
   uint64_t epoch_ = 0;
   std::set<uint32_t> live_;
+  std::map<uint32_t, uint64_t> clocks_;
+};
+
+// Gradients of several pushes merged: per key (and per dense table) the sum
+// of weight · gradient, plus the total batch behind them. Apply() hands the
+// mean to the tables.
+class GradientSum {
+ public:
+  void Add(const PushView& push, float weight) {
+    total_batch_ += push.batch_size;
+    for (const auto& s : push.sparse) {
+      Sparse& sum = sparse_[s.table];
+      const uint64_t dim = s.table->dim();
+      sum.index.reserve(sum.index.size() + s.keys.size());
+      for (size_t i = 0; i < s.keys.size(); ++i) {
+        auto [it, inserted] = sum.index.try_emplace(
+            s.keys[i], static_cast<uint32_t>(sum.keys.size()));
+        if (inserted) {
+          sum.keys.push_back(s.keys[i]);
+          sum.values.resize(sum.values.size() + dim, 0.0f);
+        }
+        float* dst = &sum.values[static_cast<size_t>(it->second) * dim];
+        const float* src = &s.grads[i * dim];
+        for (uint64_t j = 0; j < dim; ++j) dst[j] += weight * src[j];
+      }
+    }
+    for (const auto& d : push.dense) {
+      std::vector<float>& sum = dense_[d.table];
+      sum.resize(d.grads.size(), 0.0f);
+      for (size_t j = 0; j < d.grads.size(); ++j) sum[j] += weight * d.grads[j];
+    }
+  }
+
+  // Applies Σ weight·gradient / Σ batch to the tables.
+  void Apply() {
+    if (total_batch_ == 0) return;
+    const float scale = 1.0f / static_cast<float>(total_batch_);
+    for (auto& [table, sum] : sparse_) {
+      for (float& v : sum.values) v *= scale;
+      table->Push(sum.keys, sum.values);
+    }
+    for (auto& [table, sum] : dense_) {
+      for (float& v : sum) v *= scale;
+      table->Push(sum);
+    }
+  }
+
+ private:
+  struct Sparse {
+    absl::flat_hash_map<uint64_t, uint32_t> index;  // key → row in values
+    std::vector<uint64_t> keys;
+    std::vector<float> values;  // row-major
+  };
+  uint64_t total_batch_ = 0;
+  std::map<SparseTable*, Sparse> sparse_;
+  std::map<DenseTable*, std::vector<float>> dense_;
 };
 
 class AsyncAggregator final : public Aggregator {
@@ -49,6 +128,7 @@ class AsyncAggregator final : public Aggregator {
       // the next expected one is a retry of a push that already arrived.
       if (!inserted && push.clock < it->second) return absl::OkStatus();
       it->second = push.clock + 1;
+      live_.NoteClock(push.worker_id, push.clock + 1);
     }
     for (const auto& s : push.sparse) s.table->Push(s.keys, s.grads);
     for (const auto& d : push.dense) d.table->Push(d.grads);
@@ -58,6 +138,7 @@ class AsyncAggregator final : public Aggregator {
 
   absl::Status AwaitPull(uint32_t, uint64_t, absl::Time,
                          const std::function<bool()>&) override {
+    pulls_.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();
   }
 
@@ -71,11 +152,21 @@ class AsyncAggregator final : public Aggregator {
     return applied_.load(std::memory_order_relaxed);
   }
 
+  AggregatorStats Stats() const override {
+    AggregatorStats stats;
+    stats.pushes = stats.applies = applied_.load(std::memory_order_relaxed);
+    stats.pulls = pulls_.load(std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.FillClocks(&stats);
+    return stats;
+  }
+
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   absl::flat_hash_map<uint32_t, uint64_t> next_clock_;  // guarded by mu_
   LiveSet live_;                                        // guarded by mu_
   std::atomic<uint64_t> applied_{0};
+  std::atomic<uint64_t> pulls_{0};
 };
 
 class SyncAggregator final : public Aggregator {
@@ -103,29 +194,9 @@ class SyncAggregator final : public Aggregator {
     if (!round.contributors.insert(push.worker_id).second) {
       return absl::OkStatus();  // retry of a push already queued
     }
-    round.total_batch += push.batch_size;
-    const float weight = static_cast<float>(push.batch_size);
-    for (const auto& s : push.sparse) {
-      SparseSum& sum = round.sparse[s.table];
-      const uint64_t dim = s.table->dim();
-      sum.index.reserve(sum.index.size() + s.keys.size());
-      for (size_t i = 0; i < s.keys.size(); ++i) {
-        auto [it, inserted] = sum.index.try_emplace(
-            s.keys[i], static_cast<uint32_t>(sum.keys.size()));
-        if (inserted) {
-          sum.keys.push_back(s.keys[i]);
-          sum.values.resize(sum.values.size() + dim, 0.0f);
-        }
-        float* dst = &sum.values[static_cast<size_t>(it->second) * dim];
-        const float* src = &s.grads[i * dim];
-        for (uint64_t j = 0; j < dim; ++j) dst[j] += weight * src[j];
-      }
-    }
-    for (const auto& d : push.dense) {
-      std::vector<float>& sum = round.dense[d.table];
-      sum.resize(d.grads.size(), 0.0f);
-      for (size_t j = 0; j < d.grads.size(); ++j) sum[j] += weight * d.grads[j];
-    }
+    round.sum.Add(push, static_cast<float>(push.batch_size));
+    ++pushes_;
+    live_.NoteClock(push.worker_id, push.clock + 1);
     rounds_seen_.insert({push.clock, push.worker_id});
     CloseReadyRounds();
     return absl::OkStatus();
@@ -135,6 +206,7 @@ class SyncAggregator final : public Aggregator {
                          absl::Time deadline,
                          const std::function<bool()>& cancelled) override {
     std::unique_lock<std::mutex> lock(mu_);
+    ++pulls_;
     while (applied_ < clock) {
       if (cancelled && cancelled()) {
         return absl::CancelledError("pull cancelled by the caller");
@@ -162,17 +234,21 @@ class SyncAggregator final : public Aggregator {
     return applied_;
   }
 
+  AggregatorStats Stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    AggregatorStats stats;
+    stats.pushes = pushes_;
+    stats.applies = stats.applies_by_all = applied_;
+    stats.pulls = pulls_;
+    stats.queue_length = rounds_.empty() ? 0 : rounds_.begin()->second.contributors.size();
+    live_.FillClocks(&stats);
+    return stats;
+  }
+
  private:
-  struct SparseSum {
-    absl::flat_hash_map<uint64_t, uint32_t> index;  // key → row in values
-    std::vector<uint64_t> keys;
-    std::vector<float> values;  // Σ batch_size · gradient, row-major
-  };
   struct Round {
     std::set<uint32_t> contributors;
-    uint64_t total_batch = 0;
-    std::map<SparseTable*, SparseSum> sparse;
-    std::map<DenseTable*, std::vector<float>> dense;
+    GradientSum sum;
   };
 
   // REQUIRES: mu_ held.
@@ -200,7 +276,7 @@ class SyncAggregator final : public Aggregator {
           live_.workers().begin(), live_.workers().end(),
           [&](uint32_t w) { return round.contributors.contains(w); });
       if (!complete) break;
-      Apply(round);
+      round.sum.Apply();
       rounds_.erase(it);
       ++applied_;
       closed = true;
@@ -213,42 +289,202 @@ class SyncAggregator final : public Aggregator {
     round_closed_.notify_all();
   }
 
-  void Apply(Round& round) {
-    if (round.total_batch == 0) return;
-    const float scale = 1.0f / static_cast<float>(round.total_batch);
-    for (auto& [table, sum] : round.sparse) {
-      for (float& v : sum.values) v *= scale;
-      table->Push(sum.keys, sum.values);
-    }
-    for (auto& [table, sum] : round.dense) {
-      for (float& v : sum) v *= scale;
-      table->Push(sum);
-    }
-  }
-
   mutable std::mutex mu_;
   std::condition_variable round_closed_;
   LiveSet live_;                          // guarded by mu_
   uint64_t applied_ = 0;                  // guarded by mu_
+  uint64_t pushes_ = 0, pulls_ = 0;       // guarded by mu_
   std::map<uint64_t, Round> rounds_;      // clock → pending round; mu_
   // (round, worker) of pushes taken, kept one round back for retries; mu_
   std::set<std::pair<uint64_t, uint32_t>> rounds_seen_;
 };
 
+// semi_async: the GradientQueue, its three triggers and the SSP bound (see
+// aggregator.h). Everything happens under one mutex: a push merges into the
+// queue and, when a trigger fires, applies it before returning, so a pull
+// that follows a push always sees the queue either merged or applied.
+class SemiAsyncAggregator final : public Aggregator {
+ public:
+  SemiAsyncAggregator(uint32_t num_workers, SemiAsyncOptions options)
+      : options_(std::move(options)),
+        window_(std::max<uint32_t>(1, options_.window)),
+        live_(num_workers) {}
+
+  absl::Status Push(const PushView& push) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A worker's pushes are serialized by its client: a clock below the
+    // one already seen is a retry whose first reply was lost.
+    if (push.clock < live_.ClockOf(push.worker_id)) return absl::OkStatus();
+    FlushIfOld();
+    live_.NoteClock(push.worker_id, push.clock + 1);
+    WorkerRecord& record = records_[push.worker_id];
+    const uint64_t staleness =
+        applied_ - std::min(applied_, record.pulled_version);
+    record.last_staleness = staleness;
+    stats_.staleness_sum += staleness;
+    stats_.max_staleness = std::max(stats_.max_staleness, staleness);
+    ++stats_.pushes;
+    if (queued_ == 0) {
+      ++stats_.pushes_into_empty;
+      oldest_ = options_.now();
+    }
+    const double weight =
+        1.0 / (1.0 + options_.config.staleness_decay * staleness);
+    queue_.Add(push, static_cast<float>(weight * push.batch_size));
+    ++queued_;
+    contributors_.insert(push.worker_id);
+    if (queued_ >= window_) {
+      ++stats_.applies_by_window;
+      ApplyQueue();
+    } else if (AllLiveContributed()) {
+      ++stats_.applies_by_all;
+      ApplyQueue();
+    }
+    advanced_.notify_all();
+    return absl::OkStatus();
+  }
+
+  absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
+                         absl::Time deadline,
+                         const std::function<bool()>& cancelled) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++stats_.pulls;
+    const absl::Time start = options_.now();
+    bool waited = false;
+    while (true) {
+      FlushIfOld();
+      const uint64_t slowest = live_.SlowestLiveClock();
+      // A worker outside the live set (it left, or is rejoining) is not held:
+      // nobody would count it as the slowest either.
+      if (!live_.Contains(worker_id) || clock <= slowest + window_) break;
+      if (!waited) ++stats_.ssp_waits;
+      waited = true;
+      if (cancelled && cancelled()) {
+        return absl::CancelledError("pull cancelled by the caller");
+      }
+      if (absl::Now() >= deadline) {
+        stats_.ssp_wait_s += absl::ToDoubleSeconds(options_.now() - start);
+        return absl::DeadlineExceededError(absl::StrCat(
+            "pull of worker ", worker_id, " at clock ", clock,
+            " waits for the slowest live worker (clock ", slowest,
+            ", window ", window_, ")"));
+      }
+      advanced_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    if (waited) {
+      stats_.ssp_wait_s += absl::ToDoubleSeconds(options_.now() - start);
+    }
+    if (live_.Contains(worker_id)) {
+      const uint64_t slowest = live_.SlowestLiveClock();
+      const uint64_t lead = clock > slowest ? clock - slowest : 0;
+      stats_.max_pull_lead = std::max(stats_.max_pull_lead, lead);
+      if (lead > window_) ++stats_.bound_violations;
+    }
+    records_[worker_id].pulled_version = applied_;
+    return absl::OkStatus();
+  }
+
+  void UpdateMembership(uint64_t epoch,
+                        const std::vector<uint32_t>& live) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!live_.Update(epoch, live)) return;
+    if (queued_ > 0 && AllLiveContributed()) {
+      ++stats_.applies_by_all;
+      ApplyQueue();
+    }
+    advanced_.notify_all();
+  }
+
+  uint64_t applied_rounds() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return applied_;
+  }
+
+  void SetWindow(uint32_t window) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    window_ = std::max<uint32_t>(1, window);
+    if (queued_ >= window_) {
+      ++stats_.applies_by_window;
+      ApplyQueue();
+    }
+    advanced_.notify_all();
+  }
+
+  AggregatorStats Stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    AggregatorStats stats = stats_;
+    stats.applies = applied_;
+    stats.queue_length = queued_;
+    stats.window = window_;
+    live_.FillClocks(&stats);
+    for (AggregatorStats::Clock& c : stats.clocks) {
+      auto it = records_.find(c.worker);
+      if (it != records_.end()) c.last_staleness = it->second.last_staleness;
+    }
+    return stats;
+  }
+
+ private:
+  // The time bound. Checked at every push and pull (waiting pulls poll), so
+  // a queue left behind by the last active worker is applied by the next
+  // request; when no worker is live the queue applies at once anyway.
+  // REQUIRES: mu_ held.
+  void FlushIfOld() {
+    if (queued_ > 0 &&
+        options_.now() - oldest_ >=
+            absl::Seconds(options_.config.flush_after_s)) {
+      ++stats_.applies_by_time;
+      ApplyQueue();
+      advanced_.notify_all();
+    }
+  }
+
+  struct WorkerRecord {
+    uint64_t pulled_version = 0;  // applies done when it last pulled
+    uint64_t last_staleness = 0;
+  };
+
+  bool AllLiveContributed() const {
+    return std::all_of(live_.workers().begin(), live_.workers().end(),
+                       [&](uint32_t w) { return contributors_.contains(w); });
+  }
+
+  void ApplyQueue() {
+    queue_.Apply();
+    queue_ = GradientSum();
+    queued_ = 0;
+    contributors_.clear();
+    ++applied_;
+  }
+
+  const SemiAsyncOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable advanced_;  // a clock moved, or the queue applied
+  uint32_t window_;                   // guarded by mu_
+  LiveSet live_;                      // guarded by mu_
+  GradientSum queue_;                 // the GradientQueue, merged; mu_
+  uint64_t queued_ = 0;               // pushes in queue_; mu_
+  std::set<uint32_t> contributors_;   // workers in queue_; mu_
+  absl::Time oldest_;                 // arrival of the oldest queued push
+  uint64_t applied_ = 0;              // queue applies; mu_
+  std::map<uint32_t, WorkerRecord> records_;  // mu_
+  AggregatorStats stats_;                     // counters only; mu_
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(
-    ConsistencyMode mode, uint32_t num_workers) {
+    ConsistencyMode mode, uint32_t num_workers, SemiAsyncOptions semi_async) {
   switch (mode) {
     case ConsistencyMode::kSync:
       return std::unique_ptr<Aggregator>(new SyncAggregator(num_workers));
     case ConsistencyMode::kAsync:
       return std::unique_ptr<Aggregator>(new AsyncAggregator(num_workers));
     case ConsistencyMode::kSemiAsync:
-      break;
+      return std::unique_ptr<Aggregator>(
+          new SemiAsyncAggregator(num_workers, std::move(semi_async)));
   }
-  return absl::UnimplementedError(
-      "mode: semi_async is not implemented yet (use sync or async)");
+  return absl::InvalidArgumentError("mode: unknown consistency mode");
 }
 
 }  // namespace hetps

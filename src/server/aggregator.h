@@ -6,7 +6,14 @@
 //    round's total batch — and applied once when every live worker has
 //    contributed; a pull at clock c waits until rounds 0..c-1 are applied.
 //  - async: every push is applied on arrival; pulls never wait.
-//  - semi_async arrives with the heterogeneity work (GradientQueue + window).
+//  - semi_async: pushes enter the GradientQueue, merged on arrival (each
+//    weighted by batch size and by 1 / (1 + staleness_decay · staleness),
+//    where staleness = applies since the pushing worker last pulled). The
+//    queue is applied — divided by its total batch — when it holds `window`
+//    pushes, when every live worker has contributed since the last apply,
+//    or when its oldest push is flush_after_s old. The SSP bound: a pull at
+//    clock c waits until c - (smallest clock of a live worker) <= window.
+//    The window changes when the coordinator says so (SetWindow).
 //
 // Pushes are idempotent per (worker, clock): a retried push that already
 // arrived is acknowledged and not applied again.
@@ -49,12 +56,46 @@ struct PushView {
   std::vector<Dense> dense;
 };
 
+// What an Aggregator saw (AggregatorStats in proto/hetps.proto documents
+// each field). Counters are totals since the start.
+struct AggregatorStats {
+  uint64_t pushes = 0;
+  uint64_t applies = 0;
+  uint64_t applies_by_window = 0;
+  uint64_t applies_by_all = 0;
+  uint64_t applies_by_time = 0;
+  uint64_t pushes_into_empty = 0;
+  uint64_t queue_length = 0;
+  uint64_t pulls = 0;
+  uint64_t ssp_waits = 0;
+  double ssp_wait_s = 0;
+  uint64_t max_pull_lead = 0;
+  uint64_t bound_violations = 0;
+  uint64_t staleness_sum = 0;
+  uint64_t max_staleness = 0;
+  uint32_t window = 0;
+  struct Clock {
+    uint32_t worker = 0;
+    uint64_t clock = 0;
+    uint64_t last_staleness = 0;
+  };
+  std::vector<Clock> clocks;  // by worker
+};
+
+struct SemiAsyncOptions {
+  uint32_t window = 2;
+  SemiAsyncConfig config;
+  // The time source of the time bound (tests drive it by hand).
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+};
+
 class Aggregator {
  public:
   // `num_workers`: the workers of the job, all live at the start.
-  // UNIMPLEMENTED for modes not built yet.
+  // `semi_async` is read in that mode only.
   static absl::StatusOr<std::unique_ptr<Aggregator>> Create(
-      ConsistencyMode mode, uint32_t num_workers);
+      ConsistencyMode mode, uint32_t num_workers,
+      SemiAsyncOptions semi_async = {});
 
   virtual ~Aggregator() = default;
 
@@ -73,8 +114,13 @@ class Aggregator {
   virtual void UpdateMembership(uint64_t epoch,
                                 const std::vector<uint32_t>& live) = 0;
 
-  // Sync: rounds applied. Async: pushes applied.
+  // Sync: rounds applied. Async: pushes applied. semi_async: queue applies.
   virtual uint64_t applied_rounds() const = 0;
+
+  // semi_async: the new window (>= 1); other modes ignore it.
+  virtual void SetWindow(uint32_t) {}
+
+  virtual AggregatorStats Stats() const = 0;
 };
 
 }  // namespace hetps

@@ -1,5 +1,7 @@
 #include "server/ps_server.h"
 
+#include <time.h>
+
 #include <bit>
 #include <cstring>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "common/bytes.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "coord/window_controller.h"
 #include "hetps/version.h"
 
 namespace hetps {
@@ -64,8 +67,12 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
         absl::StrCat("server rank ", rank, " out of range: the job has ",
                      servers, " servers"));
   }
-  auto aggregator = Aggregator::Create(
-      config.mode, static_cast<uint32_t>(config.num_workers()));
+  SemiAsyncOptions semi_async;
+  semi_async.config = config.semi_async;
+  semi_async.window = InitialWindow(config, ProfiledThroughputs(config));
+  auto aggregator =
+      Aggregator::Create(config.mode, static_cast<uint32_t>(config.num_workers()),
+                         std::move(semi_async));
   if (!aggregator.ok()) return aggregator.status();
   std::unique_ptr<PsServer> server(new PsServer(
       config, rank, ShardMap::Uniform(servers, config.server.num_buckets),
@@ -313,6 +320,32 @@ grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("unknown table '", request->table(), "'"));
   }
+  const AggregatorStats st = aggregator_->Stats();
+  rpc::AggregatorStats* out = response->mutable_stats();
+  out->set_pushes(st.pushes);
+  out->set_applies(st.applies);
+  out->set_applies_by_window(st.applies_by_window);
+  out->set_applies_by_all(st.applies_by_all);
+  out->set_applies_by_time(st.applies_by_time);
+  out->set_pushes_into_empty(st.pushes_into_empty);
+  out->set_queue_length(st.queue_length);
+  out->set_pulls(st.pulls);
+  out->set_ssp_waits(st.ssp_waits);
+  out->set_ssp_wait_seconds(st.ssp_wait_s);
+  out->set_max_pull_lead(st.max_pull_lead);
+  out->set_bound_violations(st.bound_violations);
+  out->set_staleness_sum(st.staleness_sum);
+  out->set_max_staleness(st.max_staleness);
+  out->set_window(st.window);
+  for (const AggregatorStats::Clock& c : st.clocks) {
+    rpc::WorkerClock* wc = out->add_clocks();
+    wc->set_worker(c.worker);
+    wc->set_clock(c.clock);
+    wc->set_last_staleness(c.last_staleness);
+  }
+  timespec cpu{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+  out->set_cpu_s(static_cast<double>(cpu.tv_sec) + cpu.tv_nsec * 1e-9);
   return grpc::Status::OK;
 }
 
@@ -325,9 +358,13 @@ grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
   }
   std::vector<uint32_t> live(request->live_workers().begin(),
                              request->live_workers().end());
-  spdlog::info("membership epoch {}: {} live workers", request->epoch(),
-               live.size());
+  spdlog::info("membership epoch {}: {} live workers{}", request->epoch(),
+               live.size(),
+               request->window() > 0 && config_.mode == ConsistencyMode::kSemiAsync
+                   ? absl::StrCat(", window ", request->window())
+                   : "");
   aggregator_->UpdateMembership(request->epoch(), live);
+  if (request->window() > 0) aggregator_->SetWindow(request->window());
   return grpc::Status::OK;
 }
 

@@ -1,25 +1,40 @@
 #include "worker/trainer.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <deque>
 #include <numeric>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "client/unique_keys.h"
 #include "common/logging.h"
+#include "coord/batch_planner.h"
 #include "coord/coordinator.h"
 #include "data/reader.h"
 #include "hetps/ps_client.h"
 #include "model/metrics.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
+#include "worker/device_profile.h"
 
 namespace hetps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The id under which rank 0's evaluation thread pulls: not a worker of the
+// job, so no consistency mode waits for it or holds it.
+constexpr uint32_t kEvaluatorId = std::numeric_limits<uint32_t>::max();
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Everything one training loop reuses from batch to batch.
 // The batch's distinct keys: the pull fetches each row once and the push
@@ -30,48 +45,108 @@ struct Step {
   std::vector<float> rows, dense, row_grads, dense_grad, p;
 };
 
+// Gradients of push_freq batches summed, each weighted by its batch size.
+class Accumulator {
+ public:
+  void Add(std::span<const uint64_t> keys, std::span<const float> row_grads,
+           uint64_t row_dim, std::span<const float> dense_grad, uint32_t n) {
+    const float w = static_cast<float>(n);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto [it, inserted] =
+          index_.try_emplace(keys[i], static_cast<uint32_t>(keys_.size()));
+      if (inserted) {
+        keys_.push_back(keys[i]);
+        rows_.resize(rows_.size() + row_dim, 0.0f);
+      }
+      float* dst = &rows_[static_cast<size_t>(it->second) * row_dim];
+      for (uint64_t j = 0; j < row_dim; ++j) {
+        dst[j] += w * row_grads[i * row_dim + j];
+      }
+    }
+    dense_.resize(dense_grad.size(), 0.0f);
+    for (size_t j = 0; j < dense_grad.size(); ++j) dense_[j] += w * dense_grad[j];
+    samples_ += n;
+    ++batches_;
+  }
+
+  // Turns the sums into the mean gradient of all samples added.
+  void Finish() {
+    const float scale = 1.0f / static_cast<float>(std::max<uint32_t>(1, samples_));
+    for (float& v : rows_) v *= scale;
+    for (float& v : dense_) v *= scale;
+  }
+
+  void Clear() {
+    index_.clear();
+    keys_.clear();
+    rows_.clear();
+    dense_.clear();
+    samples_ = 0;
+    batches_ = 0;
+  }
+
+  uint32_t batches() const { return batches_; }
+  uint32_t samples() const { return samples_; }
+  std::span<const uint64_t> keys() const { return keys_; }
+  std::span<const float> rows() const { return rows_; }
+  std::span<const float> dense() const { return dense_; }
+
+ private:
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::vector<uint64_t> keys_;
+  std::vector<float> rows_, dense_;
+  uint32_t samples_ = 0;
+  uint32_t batches_ = 0;
+};
+
 class Worker {
  public:
-  Worker(const JobConfig& config, uint32_t rank, std::unique_ptr<Model> model,
-         std::unique_ptr<PsClient> client)
-      : config_(config),
-        rank_(rank),
-        model_(std::move(model)),
-        client_(std::move(client)),
-        tables_(model_->Tables()) {}
+  Worker(const Model& model, PsClient& client, const DeviceProfile& device)
+      : model_(model),
+        client_(client),
+        device_(device),
+        tables_(model_.Tables()) {}
 
   // Pulls what `step.batch` needs into step.rows / step.dense.
   absl::Status Pull(Step& step) {
+    const auto began = Clock::now();
     step.unique.Build(step.batch.keys);
-    step.rows.resize(step.unique.keys().size() * model_->row_dim());
-    if (auto s = client_->PullSparse(sparse_table(), step.unique.keys(),
-                                     step.rows, KeySet::kUnique);
+    step.rows.resize(step.unique.keys().size() * model_.row_dim());
+    if (auto s = client_.PullSparse(sparse_table(), step.unique.keys(),
+                                    step.rows, KeySet::kUnique);
         !s.ok()) {
       return s;
     }
-    step.dense.resize(model_->dense_size());
-    return client_->PullDense(dense_table(), step.dense);
+    step.dense.resize(model_.dense_size());
+    if (auto s = client_.PullDense(dense_table(), step.dense); !s.ok()) return s;
+    device_.Throttle(step.unique.keys().size() * 8 +
+                         (step.rows.size() + step.dense.size()) * 4,
+                     began);
+    return absl::OkStatus();
   }
 
-  // One training step; returns the batch's summed loss.
-  absl::StatusOr<double> TrainStep(Step& step) {
-    if (auto s = Pull(step); !s.ok()) return s;
+  // Forward and backward on the pulled parameters; returns the summed loss.
+  double Compute(Step& step) {
     const size_t n = step.batch.size();
     step.p.resize(n);
     step.row_grads.resize(step.rows.size());
     step.dense_grad.resize(step.dense.size());
-    const double loss = model_->Train(
-        step.batch, {step.unique.position(), step.rows, step.dense}, step.p,
-        step.row_grads, step.dense_grad);
-    const TableGrad grads[] = {
-        {sparse_table(), step.unique.keys(), step.row_grads},
-        {dense_table(), {}, step.dense_grad}};
-    if (auto s =
-            client_->Push(grads, static_cast<uint32_t>(n), KeySet::kUnique);
-        !s.ok()) {
+    return model_.Train(step.batch,
+                        {step.unique.position(), step.rows, step.dense},
+                        step.p, step.row_grads, step.dense_grad);
+  }
+
+  absl::Status Push(std::span<const uint64_t> keys, std::span<const float> rows,
+                    std::span<const float> dense, uint32_t samples) {
+    const auto began = Clock::now();
+    const TableGrad grads[] = {{sparse_table(), keys, rows},
+                               {dense_table(), {}, dense}};
+    if (auto s = client_.Push(grads, samples, KeySet::kUnique); !s.ok()) {
       return s;
     }
-    return loss;
+    device_.Throttle(keys.size() * 8 + (rows.size() + dense.size()) * 4,
+                     began);
+    return absl::OkStatus();
   }
 
   // AUC and logloss of the current model on `reader`'s whole share.
@@ -83,10 +158,20 @@ class Worker {
       auto n = reader.Next(4096, &step.batch);
       if (!n.ok()) return n.status();
       if (*n == 0) break;
-      if (auto s = Pull(step); !s.ok()) return s;
+      step.unique.Build(step.batch.keys);
+      step.rows.resize(step.unique.keys().size() * model_.row_dim());
+      if (auto s = client_.PullSparse(sparse_table(), step.unique.keys(),
+                                      step.rows, KeySet::kUnique);
+          !s.ok()) {
+        return s;
+      }
+      step.dense.resize(model_.dense_size());
+      if (auto s = client_.PullDense(dense_table(), step.dense); !s.ok()) {
+        return s;
+      }
       step.p.resize(*n);
-      model_->Predict(step.batch,
-                      {step.unique.position(), step.rows, step.dense}, step.p);
+      model_.Predict(step.batch,
+                     {step.unique.position(), step.rows, step.dense}, step.p);
       scores.insert(scores.end(), step.p.begin(), step.p.end());
       labels.insert(labels.end(), step.batch.labels.begin(),
                     step.batch.labels.end());
@@ -105,22 +190,92 @@ class Worker {
   const std::string& dense_table() const { return tables_[1].name; }
 
  private:
-  const JobConfig& config_;
-  const uint32_t rank_;
-  const std::unique_ptr<Model> model_;
-  const std::unique_ptr<PsClient> client_;
+  const Model& model_;
+  PsClient& client_;
+  const DeviceProfile& device_;
   const std::vector<TableConfig> tables_;
 };
 
-void LogMalformed(const ReaderStats& stats) {
-  if (stats.malformed == 0) return;
-  spdlog::warn("{} of {} records malformed and skipped; first: {}",
-               stats.malformed, stats.records,
-               stats.examples.empty() ? "" : stats.examples.front());
-  for (size_t i = 1; i < stats.examples.size(); ++i) {
-    spdlog::warn("  {}", stats.examples[i]);
-  }
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(
+    const JobConfig& config, uint32_t worker_id) {
+  PsClientOptions options;
+  options.endpoints = config.cluster.ps_endpoints;
+  options.worker_id = worker_id;
+  options.rpc = config.client;
+  options.max_message_bytes = config.server.max_message_bytes;
+  // Sync rounds and the semi_async clocks need every server to see every
+  // push, even one without keys of its own.
+  options.push_to_all_servers = config.mode != ConsistencyMode::kAsync;
+  return PsClient::Connect(options);
 }
+
+// Rank 0's evaluation every train.eval_every_s, on its own thread and
+// client, so that measuring the AUC over time costs the training loop
+// nothing but CPU.
+class PeriodicEvaluator {
+ public:
+  PeriodicEvaluator(const JobConfig& config, const Model& model,
+                    Clock::time_point start)
+      : config_(config), model_(model), start_(start) {}
+
+  absl::Status Start() {
+    auto reader = OpenReader(config_.train.data, Split::kTest, 0, 1);
+    if (!reader.ok()) return reader.status();
+    reader_ = std::move(*reader);
+    auto client = ConnectClient(config_, kEvaluatorId);
+    if (!client.ok()) return client.status();
+    client_ = std::move(*client);
+    thread_ = std::thread([this] { Run(); });
+    return absl::OkStatus();
+  }
+
+  // Stops the thread; returns the evaluations made.
+  std::vector<EvalPoint> Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    return points_;
+  }
+
+  ~PeriodicEvaluator() { Stop(); }
+
+ private:
+  void Run() {
+    const DeviceProfile none(nullptr, 0, start_);
+    Worker evaluator(model_, *client_, none);
+    const auto every = std::chrono::duration<double>(config_.train.eval_every_s);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, every, [this] { return stop_; })) {
+      lock.unlock();
+      const double at = SecondsSince(start_);
+      absl::StatusOr<EvalPoint> point = evaluator.Evaluate(*reader_);
+      lock.lock();
+      if (!point.ok()) {
+        spdlog::warn("periodic evaluation failed: {}", point.status().message());
+        continue;
+      }
+      point->at_s = at;
+      point->epoch = -1;
+      points_.push_back(*point);
+      spdlog::info("{:.1f} s: test AUC {:.4f} logloss {:.4f}", at, point->auc,
+                   point->logloss);
+    }
+  }
+
+  const JobConfig& config_;
+  const Model& model_;
+  const Clock::time_point start_;
+  std::unique_ptr<Reader> reader_;
+  std::unique_ptr<PsClient> client_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;              // guarded by mu_
+  std::vector<EvalPoint> points_;  // guarded by mu_
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -134,8 +289,10 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   if (!shape.ok()) return shape.status();
   auto model = Model::Create(config.train, shape->num_slots, shape->num_dense);
   if (!model.ok()) return model.status();
-  const uint32_t workers = static_cast<uint32_t>(config.num_workers());
-  auto train = OpenReader(config.train.data, Split::kTrain, rank, workers);
+  auto sample_bytes = BytesPerSample(config);
+  if (!sample_bytes.ok()) return sample_bytes.status();
+  const uint32_t chunks = TrainChunks(config);
+  auto train = OpenReader(config.train.data, Split::kTrain, 0, chunks);
   if (!train.ok()) return train.status();
   std::unique_ptr<Reader> test;
   if (rank == 0) {
@@ -147,25 +304,35 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   CoordinatorClient coordinator(config, rank);
   auto registration = coordinator.Register();
   if (!registration.ok()) return registration.status();
-  PsClientOptions options;
-  options.endpoints = config.cluster.ps_endpoints;
-  options.worker_id = rank;
-  options.rpc = config.client;
-  options.max_message_bytes = config.server.max_message_bytes;
-  options.push_to_all_servers = config.mode == ConsistencyMode::kSync;
-  auto client = PsClient::Connect(options);
+  auto client = ConnectClient(config, rank);
   if (!client.ok()) return client.status();
-  Worker worker(config, rank, *std::move(model), *std::move(client));
 
+  // The first plan before the first batch (a plain batch_size if the
+  // coordinator cannot say yet).
+  if (auto s = coordinator.HeartbeatNow(); !s.ok()) {
+    spdlog::warn("no batch plan yet ({}); starting with train.batch_size",
+                 s.message());
+  }
   coordinator.StartHeartbeats();
   if (auto s = coordinator.Barrier("start"); !s.ok()) return s;
-  spdlog::info("training {} on {} ({} slots, {} dense), batch {}",
+
+  const auto start = Clock::now();
+  const DeviceProfile device(config.ProfileOf(rank), *sample_bytes, start);
+  Worker worker(**model, **client, device);
+  spdlog::info("training {} on {} ({} slots, {} dense); {}",
                config.train.model, config.train.data.format, shape->num_slots,
-               shape->num_dense, config.train.batch_size);
+               shape->num_dense, device.Describe());
+  PeriodicEvaluator periodic(config, **model, start);
+  if (rank == 0 && config.train.eval_every_s > 0) {
+    if (auto s = periodic.Start(); !s.ok()) return s;
+  }
 
   TrainReport report;
   report.rank = rank;
+  report.emulated = device.emulated();
+  report.device = device.Describe();
   Step step;
+  Accumulator accumulated;
   std::deque<double> recent_loss;
   const auto mean_recent = [&] {
     return recent_loss.empty()
@@ -173,63 +340,135 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
                : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) /
                      recent_loss.size();
   };
-  const auto start = Clock::now();
   auto last_log = start;
-  const auto elapsed = [&] {
-    return std::chrono::duration<double>(Clock::now() - start).count();
+  double pull_s = 0;        // time inside pulls: not busy
+  double busy_s = 0;        // the rest of each step
+  uint64_t plan_version = 0;
+  uint32_t batch_size = static_cast<uint32_t>(config.train.batch_size);
+  uint32_t push_freq = 1;
+
+  const auto push_accumulated = [&]() -> absl::Status {
+    if (accumulated.batches() == 0) return absl::OkStatus();
+    accumulated.Finish();
+    const absl::Status s =
+        worker.Push(accumulated.keys(), accumulated.rows(),
+                    accumulated.dense(), accumulated.samples());
+    accumulated.Clear();
+    ++report.pushes;
+    return s;
   };
 
-  for (int epoch = 0; epoch < config.train.epochs; ++epoch) {
-    if (epoch > 0) {
-      if (auto s = (*train)->Rewind(); !s.ok()) return s;
+  int epoch = 0;  // epoch of the current chunk
+  while (true) {
+    auto chunk = coordinator.NextChunk();
+    if (!chunk.ok()) return chunk.status();
+    if (chunk->done()) break;
+    if (static_cast<int>(chunk->epoch()) > epoch) {
+      // Rank 0 has moved on to the next epoch: evaluate the one before.
+      // (Other workers may still be finishing their last chunks of it.)
+      if (test && chunk->epoch() % config.train.eval_every_epochs == 0) {
+        auto point = worker.Evaluate(*test);
+        if (!point.ok()) return point.status();
+        point->epoch = static_cast<int>(chunk->epoch());
+        point->at_s = SecondsSince(start);
+        report.evals.push_back(*point);
+        spdlog::info("epoch {}: test AUC {:.4f} logloss {:.4f}",
+                     chunk->epoch(), point->auc, point->logloss);
+      }
+      epoch = static_cast<int>(chunk->epoch());
     }
+    // One reader for every chunk: its shards are the chunks.
+    if (chunk->chunks() != chunks) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator cuts the data into ", chunk->chunks(),
+          " chunks, this worker into ", chunks,
+          " (train.data.chunks differs between the nodes' configs)"));
+    }
+    // A pass's stats end with it: keep the count of each chunk.
+    report.malformed_records += (*train)->stats().malformed;
+    if (auto s = (*train)->Seek(chunk->chunk(), chunk->epoch()); !s.ok()) {
+      return s;
+    }
+    ++report.chunks;
     while (true) {
-      auto n = (*train)->Next(config.train.batch_size, &step.batch);
+      const rpc::BatchPlan plan = coordinator.plan();
+      if (plan.version() != plan_version && plan.batch_size() > 0) {
+        plan_version = plan.version();
+        batch_size = plan.batch_size();
+        push_freq = std::max<uint32_t>(1, plan.push_freq());
+        spdlog::info("plan {}: batch {} push_freq {} ({})", plan_version,
+                     batch_size, push_freq, plan.reason());
+      }
+      const auto began = Clock::now();
+      auto n = (*train)->Next(batch_size, &step.batch);
       if (!n.ok()) return n.status();
       if (*n == 0) break;
-      auto loss = worker.TrainStep(step);
-      if (!loss.ok()) return loss.status();
+      if (auto s = device.CheckMemory(*n); !s.ok()) return s;
+      const auto pull_began = Clock::now();
+      if (auto s = worker.Pull(step); !s.ok()) return s;
+      const double pulled = SecondsSince(pull_began);
+      const auto compute_began = Clock::now();
+      const double loss = worker.Compute(step);
+      device.Pace(*n, compute_began);
+      if (push_freq == 1) {
+        if (auto s = worker.Push(step.unique.keys(), step.row_grads,
+                                 step.dense_grad, static_cast<uint32_t>(*n));
+            !s.ok()) {
+          return s;
+        }
+        ++report.pushes;
+      } else {
+        accumulated.Add(step.unique.keys(), step.row_grads, (*model)->row_dim(),
+                        step.dense_grad, static_cast<uint32_t>(*n));
+        if (accumulated.batches() >= push_freq) {
+          if (auto s = push_accumulated(); !s.ok()) return s;
+        }
+      }
+      pull_s += pulled;
+      busy_s += SecondsSince(began) - pulled;
       ++report.steps;
       report.samples += *n;
-      recent_loss.push_back(*loss / *n);
+      recent_loss.push_back(loss / *n);
       if (recent_loss.size() > 50) recent_loss.pop_front();
-      const double seconds = elapsed();
-      coordinator.ReportProgress(report.steps, report.samples,
-                                 report.samples / std::max(seconds, 1e-9));
+      const double seconds = std::max(SecondsSince(start), 1e-9);
+      coordinator.ReportProgress(
+          {.step = report.steps,
+           .samples = report.samples,
+           .samples_per_s = report.samples / seconds,
+           .clock = (*client)->clock(),
+           .batch_size = batch_size,
+           .push_freq = push_freq,
+           .busy_fraction = busy_s / seconds,
+           .compute_samples_per_s = report.samples / std::max(busy_s, 1e-9),
+           .emulated = device.emulated(),
+           .memory_mb = device.memory_mb()});
       if (Clock::now() - last_log > std::chrono::seconds(2)) {
         last_log = Clock::now();
-        spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s", epoch + 1,
-                     report.steps, mean_recent(),
-                     report.samples / std::max(seconds, 1e-9));
+        spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s, busy {:.0f}%",
+                     epoch + 1, report.steps, mean_recent(),
+                     report.samples / seconds, 100 * busy_s / seconds);
       }
     }
-    const bool last = epoch + 1 == config.train.epochs;
-    if (test && !last && (epoch + 1) % config.train.eval_every_epochs == 0) {
-      auto point = worker.Evaluate(*test);
-      if (!point.ok()) return point.status();
-      point->epoch = epoch + 1;
-      point->at_s = elapsed();
-      report.evals.push_back(*point);
-      spdlog::info("epoch {}: test AUC {:.4f} logloss {:.4f}", epoch + 1,
-                   point->auc, point->logloss);
-    }
   }
-  report.train_s = elapsed();
+  if (auto s = push_accumulated(); !s.ok()) return s;
+  report.train_s = SecondsSince(start);
   report.samples_per_s = report.samples / std::max(report.train_s, 1e-9);
+  report.busy_fraction = busy_s / std::max(report.train_s, 1e-9);
   report.last_loss = mean_recent();
-  report.malformed_records = (*train)->stats().malformed;
-  LogMalformed((*train)->stats());
+  report.malformed_records += (*train)->stats().malformed;
 
   // Leave the live set (nobody waits for this worker any more), then wait
   // until every worker has left: the model is final.
   if (auto s = coordinator.Leave("finished its data"); !s.ok()) return s;
   if (auto s = coordinator.Barrier("trained"); !s.ok()) return s;
+  std::vector<EvalPoint> over_time = periodic.Stop();
+  report.evals.insert(report.evals.begin(), over_time.begin(), over_time.end());
 
   if (test) {
     auto point = worker.Evaluate(*test);
     if (!point.ok()) return point.status();
     point->epoch = config.train.epochs;
-    point->at_s = elapsed();
+    point->at_s = SecondsSince(start);
     report.evals.push_back(*point);
     report.test_auc = point->auc;
     report.test_logloss = point->logloss;
@@ -245,6 +484,11 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
 std::string ReportToJson(const TrainReport& report) {
   nlohmann::json j = {{"rank", report.rank},
                       {"steps", report.steps},
+                      {"pushes", report.pushes},
+                      {"chunks", report.chunks},
+                      {"busy_fraction", report.busy_fraction},
+                      {"emulated", report.emulated},
+                      {"device", report.device},
                       {"samples", report.samples},
                       {"train_s", report.train_s},
                       {"samples_per_s", report.samples_per_s},

@@ -1,10 +1,19 @@
 // Trainer: the worker loop. Registers with the coordinator, connects to the
-// servers, and trains its model on this worker's share of the data
-// (data/reader.h): per batch one sparse pull of the batch's unique keys, one
-// dense pull, forward/backward (model/model.h), one push of both gradients.
-// Rank 0 evaluates on the held-out split every train.eval_every_epochs
-// epochs. When its share is done a worker leaves the live set; once every
-// worker has left, the model is final and rank 0 evaluates it.
+// servers, then takes chunks of the train split from the coordinator until
+// none is left (data/reader.h shards; coord/coordinator.h hands them out),
+// so fast workers train on more of the data. Per batch: one sparse pull of
+// the batch's unique keys, one dense pull, forward/backward
+// (model/model.h); every push_freq batches one push of the accumulated
+// gradients. Batch size and push_freq follow the coordinator's BatchPlan; a
+// DeviceProfile may emulate a slower machine. Rank 0 evaluates on the
+// held-out split when it starts a new epoch's chunks (every
+// train.eval_every_epochs) and, from a separate thread, every
+// train.eval_every_s seconds. When no chunk is left a worker leaves the live
+// set; once every worker has left, the model is final and rank 0 evaluates
+// it.
+//
+// Busy time is the time outside pulls (a pull is where sync and the SSP bound
+// make a worker wait); busy_fraction = busy / training time.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +41,11 @@ struct TrainReport {
   double samples_per_s = 0;  // samples / train_s
   double last_loss = 0;      // mean logloss of the last 50 batches
   uint64_t malformed_records = 0;
+  uint64_t pushes = 0;
+  uint64_t chunks = 0;          // chunks of the train split it trained on
+  double busy_fraction = 0;     // time outside pulls / train_s
+  bool emulated = false;        // ran under a DeviceProfile
+  std::string device;           // DeviceProfile::Describe()
   // Rank 0 only: the held-out evaluations, the last one of the final model.
   std::vector<EvalPoint> evals;
   std::optional<double> test_auc;

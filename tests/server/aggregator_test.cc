@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -147,9 +149,146 @@ TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
   EXPECT_TRUE(agg->AwaitPull(0, 100, absl::Now(), nullptr).ok());
 }
 
-TEST(AggregatorCreateTest, SemiAsyncIsNotAvailableYet) {
-  auto agg = Aggregator::Create(ConsistencyMode::kSemiAsync, 2);
-  EXPECT_EQ(agg.status().code(), absl::StatusCode::kUnimplemented);
+// ------------------------------------------------------------ semi_async
+
+// A hand-driven clock for the time bound.
+struct FakeTime {
+  absl::Time now = absl::UnixEpoch();
+  std::function<absl::Time()> fn() {
+    return [this] { return now; };
+  }
+};
+
+std::unique_ptr<Aggregator> SemiAsync(uint32_t workers, uint32_t window,
+                                      FakeTime* time = nullptr) {
+  SemiAsyncOptions options;
+  options.window = window;
+  options.config.flush_after_s = 1.0;
+  options.config.staleness_decay = 0.5;
+  if (time != nullptr) options.now = time->fn();
+  return *Aggregator::Create(ConsistencyMode::kSemiAsync, workers,
+                             std::move(options));
+}
+
+absl::Time Soon() { return absl::Now() + absl::Milliseconds(200); }
+
+TEST_F(AggregatorTest, SemiAsyncAppliesWhenTheQueueHoldsWindowPushes) {
+  auto agg = SemiAsync(3, 2);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {2, 0}, {0, 0, 0})).ok());
+  EXPECT_EQ(Row(7), (std::vector<float>{0, 0}));  // queued, not applied
+  EXPECT_EQ(agg->Stats().queue_length, 1u);
+  ASSERT_TRUE(agg->Push(MakePush(0, 1, 3, {7}, {2, 4}, {0, 0, 0})).ok());
+  // Σ b·g / Σ b = (1·(2,0) + 3·(2,4)) / 4 = (2, 3); sgd lr 0.5.
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.5f}));
+  const AggregatorStats st = agg->Stats();
+  EXPECT_EQ(st.applies, 1u);
+  EXPECT_EQ(st.applies_by_window, 1u);
+  EXPECT_EQ(st.queue_length, 0u);
+  EXPECT_EQ(st.pushes, 2u);
+  EXPECT_EQ(st.pushes_into_empty, 1u);
+}
+
+TEST_F(AggregatorTest, SemiAsyncAppliesOnceEveryLiveWorkerContributed) {
+  auto agg = SemiAsync(2, 10);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 0u);
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  EXPECT_EQ(agg->Stats().applies_by_all, 1u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
+}
+
+TEST_F(AggregatorTest, SemiAsyncTimeBoundAppliesAnOldQueue) {
+  FakeTime time;
+  auto agg = SemiAsync(3, 10, &time);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  time.now += absl::Milliseconds(999);
+  ASSERT_TRUE(agg->AwaitPull(0, 1, Soon(), nullptr).ok());
+  EXPECT_EQ(agg->applied_rounds(), 0u);  // not old enough yet
+  time.now += absl::Milliseconds(1);
+  ASSERT_TRUE(agg->AwaitPull(0, 1, Soon(), nullptr).ok());
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  EXPECT_EQ(agg->Stats().applies_by_time, 1u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
+}
+
+TEST_F(AggregatorTest, SemiAsyncWeighsStaleGradientsDown) {
+  // Window 1: every push is applied at once, so versions count pushes.
+  auto agg = SemiAsync(2, 1);
+  ASSERT_TRUE(agg->AwaitPull(0, 0, Soon(), nullptr).ok());  // w0 reads v0
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {9}, {0, 0}, {0, 0, 0})).ok());
+  ASSERT_TRUE(agg->Push(MakePush(1, 1, 1, {9}, {0, 0}, {0, 0, 0})).ok());
+  // w0's gradient was computed on v0 and arrives at v2: staleness 2, weight
+  // 1 / (1 + 0.5·2) = 0.5.
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 4, {7}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
+  const AggregatorStats st = agg->Stats();
+  EXPECT_EQ(st.max_staleness, 2u);
+  ASSERT_EQ(st.clocks.size(), 2u);
+  EXPECT_EQ(st.clocks[0].last_staleness, 2u);
+  EXPECT_EQ(st.clocks[0].clock, 1u);
+  EXPECT_EQ(st.clocks[1].clock, 2u);
+}
+
+TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {
+  auto agg = SemiAsync(2, 2);
+  for (uint64_t c = 0; c < 3; ++c) {
+    ASSERT_TRUE(agg->Push(MakePush(0, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  }
+  // Worker 0 has made 3 pushes, worker 1 none: 3 - 0 > window 2.
+  absl::Status held = agg->AwaitPull(0, 3, Soon(), nullptr);
+  EXPECT_EQ(held.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(held.message().find("slowest live worker (clock 0, window 2)"),
+            std::string::npos)
+      << held;
+  ASSERT_TRUE(agg->AwaitPull(0, 2, Soon(), nullptr).ok());  // 2 - 0 <= 2
+  // Released as soon as worker 1 pushes once.
+  std::thread slow([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  });
+  EXPECT_TRUE(agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
+  slow.join();
+  const AggregatorStats st = agg->Stats();
+  EXPECT_EQ(st.ssp_waits, 2u);  // the timed-out pull and the released one
+  EXPECT_EQ(st.max_pull_lead, 2u);
+  EXPECT_EQ(st.bound_violations, 0u);
+}
+
+TEST_F(AggregatorTest, SemiAsyncStopsWaitingForAWorkerThatLeft) {
+  auto agg = SemiAsync(2, 1);
+  for (uint64_t c = 0; c < 3; ++c) {
+    ASSERT_TRUE(agg->Push(MakePush(0, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  }
+  std::thread drop([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    agg->UpdateMembership(2, {0});
+  });
+  EXPECT_TRUE(agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
+  drop.join();
+  // Alone in the live set, worker 0's pushes apply on arrival.
+  auto window4 = SemiAsync(2, 4);
+  window4->UpdateMembership(2, {0});
+  ASSERT_TRUE(window4->Push(MakePush(0, 0, 1, {8}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(window4->applied_rounds(), 1u);
+}
+
+TEST_F(AggregatorTest, SemiAsyncNewWindowTakesEffectAtOnce) {
+  auto agg = SemiAsync(3, 4);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  ASSERT_TRUE(agg->Push(MakePush(0, 1, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 0u);
+  agg->SetWindow(2);  // the queue already holds 2
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  EXPECT_EQ(agg->Stats().window, 2u);
+}
+
+TEST_F(AggregatorTest, SemiAsyncRetriedPushIsNotAppliedTwice) {
+  auto agg = SemiAsync(2, 1);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->Stats().pushes, 1u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
 }
 
 }  // namespace

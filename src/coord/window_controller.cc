@@ -1,0 +1,92 @@
+#include "coord/window_controller.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace hetps {
+namespace {
+
+constexpr uint64_t kMinPushesPerPeriod = 4;
+constexpr double kSspWaitShare = 0.05;
+constexpr double kEmptyShare = 0.4;
+constexpr double kTimeBoundShare = 0.5;
+
+uint32_t Clamp(const SemiAsyncConfig& config, double window) {
+  const double lo = config.window_min;
+  const double hi = config.window_max;
+  return static_cast<uint32_t>(std::clamp(std::round(window), lo, hi));
+}
+
+double Share(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0.0 : static_cast<double>(part) / whole;
+}
+
+}  // namespace
+
+std::vector<double> ProfiledThroughputs(const JobConfig& config) {
+  std::vector<double> out(config.num_workers(), 0.0);
+  for (uint32_t r = 0; r < out.size(); ++r) {
+    if (const DeviceProfileConfig* p = config.ProfileOf(r)) {
+      out[r] = p->throughput;
+    }
+  }
+  return out;
+}
+
+uint32_t InitialWindow(const JobConfig& config,
+                       const std::vector<double>& throughputs) {
+  if (config.window > 0) return Clamp(config.semi_async, config.window);
+  const bool known =
+      !throughputs.empty() &&
+      std::all_of(throughputs.begin(), throughputs.end(),
+                  [](double t) { return t > 0; });
+  if (!known) return Clamp(config.semi_async, 2.0 * config.num_workers());
+  double sum = 0;
+  double slowest = throughputs.front();
+  for (double t : throughputs) {
+    sum += t;
+    slowest = std::min(slowest, t);
+  }
+  return Clamp(config.semi_async, sum / slowest);
+}
+
+WindowController::WindowController(const SemiAsyncConfig& config,
+                                   uint32_t initial)
+    : config_(config), window_(Clamp(config, initial)) {}
+
+std::optional<WindowChange> WindowController::Adjust(
+    const WindowSignals& period) {
+  if (period.pushes < kMinPushesPerPeriod) return std::nullopt;
+  const double waits = Share(period.ssp_waits, period.pulls);
+  const double empty = Share(period.pushes_into_empty, period.pushes);
+  const double by_time = Share(period.applies_by_time, period.applies);
+  uint32_t next = window_;
+  std::string reason;
+  if (waits > kSspWaitShare || empty > kEmptyShare) {
+    next = Clamp(config_, std::max(window_ * 1.5, window_ + 1.0));
+    reason = waits > kSspWaitShare
+                 ? absl::StrFormat(
+                       "too small: %.0f%% of pulls waited at the staleness "
+                       "bound (%d of %d)",
+                       100 * waits, period.ssp_waits, period.pulls)
+                 : absl::StrFormat(
+                       "too small: the queue was empty at %.0f%% of pushes "
+                       "(%d of %d)",
+                       100 * empty, period.pushes_into_empty, period.pushes);
+  } else if (by_time > kTimeBoundShare) {
+    next = Clamp(config_, std::min(window_ * 0.75, window_ - 1.0));
+    reason = absl::StrFormat(
+        "too large: the queue kept growing until the time bound applied it "
+        "in %.0f%% of applies (%d of %d)",
+        100 * by_time, period.applies_by_time, period.applies);
+  }
+  if (next == window_) return std::nullopt;
+  WindowChange change{.from = window_, .to = next, .reason = reason};
+  window_ = next;
+  return change;
+}
+
+}  // namespace hetps

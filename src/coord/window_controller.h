@@ -1,0 +1,74 @@
+// WindowController: the semi_async window (SPEC §2, DESIGN.md). Lives in the
+// coordinator; the servers' Aggregators apply what it decides.
+//
+// Initial window: sum(throughput) / min(throughput), rounded, when every
+// worker's throughput is known (3 × 1000 + 7 × 300 samples/s → 17), else
+// 2 × workers; a configured `window` > 0 wins; clamped to
+// [semi_async.window_min, window_max].
+//
+// Adaptation: every semi_async.adapt_every_s the coordinator sums the
+// servers' queue statistics over the period (WindowSignals) and calls
+// Adjust. The rules, in order:
+//   - workers held at the staleness bound (ssp_waits) on more than 5% of
+//     pulls, or the queue usually empty — more than 40% of the pushes
+//     found it empty — means the window is too small: grow by half (at
+//     least 1);
+//   - the queue keeps growing: more than half of the applies came from the
+//     time bound (the queue never reached the window), so the window is too
+//     large: shrink by a quarter (at least 1);
+//   - otherwise keep it.
+// A period with fewer than 4 pushes says nothing and changes nothing. Every
+// change returns its reason, which the coordinator logs and shows in
+// status.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hetps/config.h"
+
+namespace hetps {
+
+// The servers' queue statistics over one period (differences of their
+// counters, summed over servers).
+struct WindowSignals {
+  uint64_t pushes = 0;
+  uint64_t pushes_into_empty = 0;
+  uint64_t pulls = 0;
+  uint64_t ssp_waits = 0;
+  uint64_t applies = 0;
+  uint64_t applies_by_time = 0;
+};
+
+struct WindowChange {
+  uint32_t from = 0;
+  uint32_t to = 0;
+  std::string reason;
+};
+
+// The initial window for `config` given each worker's throughput (samples/s;
+// 0 = unknown).
+uint32_t InitialWindow(const JobConfig& config,
+                       const std::vector<double>& throughputs);
+
+// The throughputs known before training: the emulated profiles' (0 for a
+// worker without one).
+std::vector<double> ProfiledThroughputs(const JobConfig& config);
+
+class WindowController {
+ public:
+  WindowController(const SemiAsyncConfig& config, uint32_t initial);
+
+  uint32_t window() const { return window_; }
+
+  // Applies the rules above; returns the change, if any.
+  std::optional<WindowChange> Adjust(const WindowSignals& period);
+
+ private:
+  const SemiAsyncConfig config_;
+  uint32_t window_;
+};
+
+}  // namespace hetps

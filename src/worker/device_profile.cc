@@ -1,0 +1,75 @@
+#include "worker/device_profile.h"
+
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace hetps {
+
+DeviceProfile::DeviceProfile(const DeviceProfileConfig* profile,
+                             uint64_t bytes_per_sample,
+                             Clock::time_point start)
+    : profile_(profile), bytes_per_sample_(bytes_per_sample), start_(start) {}
+
+std::string DeviceProfile::Describe() const {
+  if (!profile_) return "real machine (not emulated)";
+  std::string out = "emulated device:";
+  absl::StrAppend(&out, profile_->throughput > 0
+                            ? absl::StrFormat(" %.0f samples/s", profile_->throughput)
+                            : " full speed");
+  if (profile_->memory_mb > 0) {
+    absl::StrAppend(&out, absl::StrFormat(", %.0f MB", profile_->memory_mb));
+  }
+  if (profile_->bandwidth_mbps > 0) {
+    absl::StrAppend(&out,
+                    absl::StrFormat(", %.0f Mbit/s", profile_->bandwidth_mbps));
+  }
+  for (const SlowdownConfig& d : profile_->slowdowns) {
+    absl::StrAppend(&out, absl::StrFormat(", %.0f%% speed from %.0f s to %.0f s",
+                                          100 * d.factor, d.from_s, d.to_s));
+  }
+  return out;
+}
+
+absl::Status DeviceProfile::CheckMemory(uint64_t samples) const {
+  if (!profile_ || profile_->memory_mb <= 0) return absl::OkStatus();
+  const double need_mb =
+      static_cast<double>(samples * bytes_per_sample_) / (1024.0 * 1024.0);
+  if (need_mb <= profile_->memory_mb) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "emulated out of memory: a batch of %d samples needs %.1f MB, the "
+      "emulated device has %.0f MB (device_profiles memory_mb)",
+      samples, need_mb, profile_->memory_mb));
+}
+
+double DeviceProfile::SpeedFactor(Clock::time_point now) const {
+  if (!profile_) return 1;
+  const double t = std::chrono::duration<double>(now - start_).count();
+  double factor = 1;
+  for (const SlowdownConfig& d : profile_->slowdowns) {
+    if (t >= d.from_s && t < d.to_s) factor = std::min(factor, d.factor);
+  }
+  return factor;
+}
+
+void DeviceProfile::Pace(uint64_t samples, Clock::time_point began) const {
+  if (!profile_ || profile_->throughput <= 0) return;
+  const double seconds = static_cast<double>(samples) /
+                         (profile_->throughput * SpeedFactor(began));
+  std::this_thread::sleep_until(
+      began + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(seconds)));
+}
+
+void DeviceProfile::Throttle(uint64_t bytes, Clock::time_point began) const {
+  if (!profile_ || profile_->bandwidth_mbps <= 0) return;
+  const double seconds =
+      static_cast<double>(bytes) * 8 / (profile_->bandwidth_mbps * 1e6);
+  std::this_thread::sleep_until(
+      began + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(seconds)));
+}
+
+}  // namespace hetps
