@@ -64,6 +64,10 @@ struct ClusterConfig {
   // the counts. ps_endpoints[0] hosts the coordinator.
   std::vector<std::string> ps_endpoints;
   std::vector<std::string> worker_endpoints;
+  // launch: how many workers may die (non-zero exit, killed) before the job
+  // is stopped. The coordinator drops a dead worker from the live set after
+  // server.heartbeat_timeout_s; rank 0 (it evaluates) must survive.
+  int max_worker_failures = 0;
 };
 
 struct ServerOptions {

@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
   auto* launch = app.add_subcommand("launch", "run a local cluster");
   launch->add_option("config", config_path, "job YAML")->required();
   launch->add_option("--set", overrides, "override a field: path=value");
+  bool quiet_status = false;
+  launch->add_flag("--no-status", quiet_status,
+                   "do not print the live status line while the job runs");
   launch->add_option("--summary-json", summary_json,
                      "write the final summary as JSON here");
 
@@ -159,6 +162,7 @@ int main(int argc, char** argv) {
     options.config_path = config_path;
     options.overrides = overrides;
     options.summary_json = summary_json;
+    options.live_status = !quiet_status;
     return hetps::RunLaunch(*std::move(config), options);
   }
 

@@ -10,9 +10,11 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/process_group.h"
 #include "common/logging.h"
@@ -54,6 +56,15 @@ int RunServerRole(const JobConfig& config, int rank) {
       spdlog::info("table '{}': {} rows held here", table.name, t->size());
     }
   }
+  // The server's own record of the consistency it kept.
+  const AggregatorStats st = (*node)->ps().aggregator_stats();
+  spdlog::info(
+      "aggregator: {} pushes, {} applies ({} by window, {} by all workers, {} "
+      "by time), max staleness {}, pulls held by the bound {}, max pull lead "
+      "{} clocks (window {}), bound violations {}",
+      st.pushes, st.applies, st.applies_by_window, st.applies_by_all,
+      st.applies_by_time, st.max_staleness, st.ssp_waits, st.max_pull_lead,
+      st.window, st.bound_violations);
   return kExitOk;
 }
 
@@ -65,6 +76,17 @@ int RunWorkerRole(const JobConfig& config, int rank) {
   }
   std::cout << kReportPrefix << ReportToJson(*report) << std::endl;
   return kExitOk;
+}
+
+constexpr auto kStatusEvery = std::chrono::seconds(3);
+
+// The compact status line `launch` prints while the job runs.
+void PrintLiveStatus(const JobConfig& config) {
+  absl::StatusOr<rpc::StatusResponse> st =
+      QueryStatus(config.cluster.ps_endpoints[0], 1.0);
+  if (!st.ok()) return;
+  std::printf("%s\n", FormatStatusLine(*st).c_str());
+  std::fflush(stdout);
 }
 
 int RunLaunch(JobConfig config, const LaunchOptions& options) {
@@ -145,16 +167,34 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   }
 
   int finished = 0;
+  std::vector<int> failed_workers;
+  auto last_status = Clock::now();
   while (finished < workers) {
     auto exit = group.WaitAny(std::chrono::milliseconds(200));
     if (ProcessGroup::interrupted()) return fail("interrupted (Ctrl-C)");
-    if (!exit) continue;
-    if (exit->exit_code != 0) {
-      return fail(absl::StrCat(exit->label, " failed with exit code ",
-                               exit->exit_code));
+    if (options.live_status && Clock::now() - last_status > kStatusEvery) {
+      last_status = Clock::now();
+      PrintLiveStatus(config);
     }
+    if (!exit) continue;
     if (absl::StartsWith(exit->label, "server")) {
-      return fail(absl::StrCat(exit->label, " exited while workers run"));
+      return fail(absl::StrCat(exit->label, " exited with code ",
+                               exit->exit_code, " while workers run"));
+    }
+    if (exit->exit_code != 0) {
+      // Rank 0 evaluates the model: the job cannot end well without it.
+      const int rank = std::stoi(exit->label.substr(strlen("worker ")));
+      if (rank == 0 || static_cast<int>(failed_workers.size()) >=
+                           config.cluster.max_worker_failures) {
+        return fail(absl::StrCat(exit->label, " failed with exit code ",
+                                 exit->exit_code));
+      }
+      failed_workers.push_back(rank);
+      spdlog::warn(
+          "{} died (exit code {}); the job goes on without it ({} of "
+          "cluster.max_worker_failures = {})",
+          exit->label, exit->exit_code, failed_workers.size(),
+          config.cluster.max_worker_failures);
     }
     ++finished;
   }
@@ -178,17 +218,28 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   double train_s = 0;
   {
     std::lock_guard<std::mutex> lock(reports_mu);
-    if (static_cast<int>(reports.size()) != workers) {
+    if (static_cast<int>(reports.size() + failed_workers.size()) != workers ||
+        !reports.contains(0)) {
       spdlog::error("only {} of {} workers reported results", reports.size(),
                     workers);
       return kExitFailure;
     }
     uint64_t malformed = 0;
+    nlohmann::json per_worker = nlohmann::json::array();
     for (auto& [rank, r] : reports) {
       samples += r["samples"].get<uint64_t>();
       malformed += r.value("malformed_records", uint64_t{0});
       train_s = std::max(train_s, r["train_s"].get<double>());
+      per_worker.push_back({{"rank", rank},
+                            {"samples", r["samples"]},
+                            {"chunks", r.value("chunks", uint64_t{0})},
+                            {"busy_fraction", r.value("busy_fraction", 0.0)},
+                            {"train_s", r["train_s"]},
+                            {"device", r.value("device", std::string())}});
     }
+    summary["per_worker"] = per_worker;
+    summary["failed_workers"] = failed_workers;
+    summary["emulated"] = !config.device_profiles.empty();
     summary["malformed_records"] = malformed;
     summary["model"] = config.train.model;
     summary["data"] = config.train.data.format;
@@ -245,6 +296,82 @@ int RunGenData(const CriteoGenConfig& config, const std::string& path) {
   return kExitOk;
 }
 
+nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
+  nlohmann::json j = {{"epoch", status.epoch()},
+                      {"mode", status.mode()},
+                      {"window", status.window()},
+                      {"elapsed_s", status.elapsed_s()},
+                      {"window_changes", status.window_changes()},
+                      {"workers", nlohmann::json::array()},
+                      {"servers", nlohmann::json::array()}};
+  for (const rpc::WorkerStatus& w : status.workers()) {
+    j["workers"].push_back(
+        {{"rank", w.rank()},
+         {"live", w.live()},
+         {"emulated", w.emulated()},
+         {"step", w.step()},
+         {"clock", w.clock()},
+         {"samples", w.samples()},
+         {"samples_per_s", w.samples_per_s()},
+         {"compute_samples_per_s", w.compute_samples_per_s()},
+         {"busy_fraction", w.busy_fraction()},
+         {"batch_size", w.batch_size()},
+         {"push_freq", w.push_freq()},
+         {"staleness", w.staleness()},
+         {"chunks", w.chunks_done()},
+         {"last_heartbeat_age_s", w.last_heartbeat_age_s()},
+         {"left_reason", w.left_reason()}});
+  }
+  for (const rpc::ServerStatus& s : status.servers()) {
+    nlohmann::json tables = nlohmann::json::object();
+    for (const rpc::TableInfo& t : s.tables()) {
+      tables[t.schema().name()] = t.rows();
+    }
+    const rpc::AggregatorStats& st = s.stats();
+    j["servers"].push_back(
+        {{"rank", s.rank()},
+         {"endpoint", s.endpoint()},
+         {"reachable", s.reachable()},
+         {"applied_rounds", s.applied_rounds()},
+         {"table_rows", tables},
+         {"queue_length", st.queue_length()},
+         {"pushes", st.pushes()},
+         {"applies", st.applies()},
+         {"ssp_waits", st.ssp_waits()},
+         {"max_staleness", st.max_staleness()},
+         {"max_pull_lead", st.max_pull_lead()},
+         {"bound_violations", st.bound_violations()},
+         {"cpu_s", st.cpu_s()},
+         {"cpu_fraction",
+          status.elapsed_s() > 0 ? st.cpu_s() / status.elapsed_s() : 0.0}});
+  }
+  return j;
+}
+
+std::string FormatStatusLine(const rpc::StatusResponse& status) {
+  uint32_t live = 0;
+  double samples_per_s = 0;
+  double busy = 0;
+  uint64_t max_staleness = 0;
+  for (const rpc::WorkerStatus& w : status.workers()) {
+    if (!w.live()) continue;
+    ++live;
+    samples_per_s += w.samples_per_s();
+    busy += w.busy_fraction();
+    max_staleness = std::max(max_staleness, w.staleness());
+  }
+  uint64_t queued = 0;
+  for (const rpc::ServerStatus& s : status.servers()) {
+    queued += s.stats().queue_length();
+  }
+  return absl::StrFormat(
+      "[status] %.0f s  %s  window %d  live %d/%d  %.0f samples/s  busy "
+      "%.0f%%  queue %d  staleness <= %d",
+      status.elapsed_s(), status.mode(), status.window(), live,
+      status.workers_size(), samples_per_s, live ? 100 * busy / live : 0.0,
+      queued, max_staleness);
+}
+
 int RunStatus(const std::string& coordinator_endpoint, bool json) {
   auto status = QueryStatus(coordinator_endpoint, 10.0);
   if (!status.ok()) {
@@ -252,50 +379,34 @@ int RunStatus(const std::string& coordinator_endpoint, bool json) {
                  std::string(status.status().message()).c_str());
     return kExitFailure;
   }
-  nlohmann::json j = {{"epoch", status->epoch()},
-                      {"mode", status->mode()},
-                      {"window", status->window()}};
-  for (const rpc::WorkerStatus& w : status->workers()) {
-    j["workers"].push_back({{"rank", w.rank()},
-                            {"live", w.live()},
-                            {"step", w.step()},
-                            {"samples", w.samples()},
-                            {"samples_per_s", w.samples_per_s()},
-                            {"last_heartbeat_age_s", w.last_heartbeat_age_s()},
-                            {"left_reason", w.left_reason()}});
-  }
-  for (const rpc::ServerStatus& s : status->servers()) {
-    nlohmann::json tables = nlohmann::json::object();
-    for (const rpc::TableInfo& t : s.tables()) {
-      tables[t.schema().name()] = t.rows();
-    }
-    j["servers"].push_back({{"rank", s.rank()},
-                            {"endpoint", s.endpoint()},
-                            {"reachable", s.reachable()},
-                            {"applied_rounds", s.applied_rounds()},
-                            {"table_rows", tables}});
-  }
+  const nlohmann::json j = StatusToJson(*status);
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("epoch %llu  mode %s  window %d\n",
-              static_cast<unsigned long long>(status->epoch()),
-              status->mode().c_str(), status->window());
+  std::printf("%s\n", FormatStatusLine(*status).c_str());
   for (const rpc::WorkerStatus& w : status->workers()) {
     std::printf(
-        "worker %u  %-5s step %llu  %.0f samples/s  heartbeat %.1fs ago %s\n",
-        w.rank(), w.live() ? "live" : "gone",
-        static_cast<unsigned long long>(w.step()), w.samples_per_s(),
+        "worker %u  %-5s%s clock %llu  batch %u x%u  %.0f samples/s "
+        "(%.0f when busy)  busy %.0f%%  staleness %llu  heartbeat %.1fs ago "
+        "%s\n",
+        w.rank(), w.live() ? "live" : "gone", w.emulated() ? " (emulated)" : "",
+        static_cast<unsigned long long>(w.clock()), w.batch_size(),
+        w.push_freq(), w.samples_per_s(), w.compute_samples_per_s(),
+        100 * w.busy_fraction(), static_cast<unsigned long long>(w.staleness()),
         w.last_heartbeat_age_s(), w.left_reason().c_str());
   }
   for (const auto& s : j["servers"]) {
     std::printf(
-        "server %d  %s  %s  rounds %llu  rows %s\n", s["rank"].get<int>(),
-        s["endpoint"].get<std::string>().c_str(),
+        "server %d  %s  %s  applies %llu  queue %llu  cpu %.0f%%  rows %s\n",
+        s["rank"].get<int>(), s["endpoint"].get<std::string>().c_str(),
         s["reachable"].get<bool>() ? "up" : "DOWN",
         static_cast<unsigned long long>(s["applied_rounds"].get<uint64_t>()),
-        s["table_rows"].dump().c_str());
+        static_cast<unsigned long long>(s["queue_length"].get<uint64_t>()),
+        100 * s["cpu_fraction"].get<double>(), s["table_rows"].dump().c_str());
+  }
+  for (const std::string& change : status->window_changes()) {
+    std::printf("window change: %s\n", change.c_str());
   }
   return kExitOk;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/criteo_gen.h"
+#include "hetps.pb.h"
 #include "hetps/config.h"
 
 namespace hetps {
@@ -30,12 +31,16 @@ struct LaunchOptions {
   std::string config_path;    // passed on to the children
   std::vector<std::string> overrides;  // --set assignments, passed on too
   std::string summary_json;   // write the summary here when non-empty
+  bool live_status = true;    // print a status line every few seconds
 };
 
 // Runs a whole job on this machine: servers first (once all listen), then
 // workers, one process each; gathers their output; stops everything on
 // Ctrl-C or when the workers are done. Non-zero when any role failed.
 int RunLaunch(JobConfig config, const LaunchOptions& options);
+
+// The one-line summary `launch` prints while a job runs.
+std::string FormatStatusLine(const rpc::StatusResponse& status);
 
 // Writes generated Criteo-format data to `path` and prints the teacher's
 // AUC on it (the best any model can reach) as text and one JSON line.

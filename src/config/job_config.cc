@@ -91,6 +91,7 @@ void Fields(ClusterConfig& c, Visit&& visit) {
   visit("host", c.host);
   visit("ps_endpoints", c.ps_endpoints);
   visit("worker_endpoints", c.worker_endpoints);
+  visit("max_worker_failures", c.max_worker_failures);
 }
 
 template <typename Visit>
@@ -830,6 +831,8 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(ValidateClient(config.client, config.server));
   CONFIG_RETURN_IF_ERROR(ValidateTrain(config.train));
   CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
+  CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_failures",
+                                      config.cluster.max_worker_failures, 0));
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("log_level", "level", config.log_level, kLogLevels));
 

@@ -56,6 +56,7 @@ class PsServer final : public rpc::ParameterServer::Service {
   uint32_t rank() const { return rank_; }
   const ShardMap& shard_map() const { return shard_map_; }
   uint64_t applied_rounds() const { return aggregator_->applied_rounds(); }
+  AggregatorStats aggregator_stats() const { return aggregator_->Stats(); }
 
  private:
   PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,

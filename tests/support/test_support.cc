@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cli/roles.h"
 #include "common/ports.h"
 
@@ -72,6 +74,23 @@ CommandResult RunCommand(const std::vector<std::string>& args,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   return result;
+}
+
+std::optional<pid_t> FindProcess(const std::vector<std::string>& args) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    const std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+    const std::vector<std::string> argv = absl::StrSplit(cmdline, '\0');
+    if (argv.size() < args.size()) continue;
+    for (size_t i = 0; i + args.size() <= argv.size(); ++i) {
+      if (std::equal(args.begin(), args.end(), argv.begin() + i)) {
+        return static_cast<pid_t>(std::stol(name));
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 std::string HetpsBinary() { return HETPS_BINARY; }

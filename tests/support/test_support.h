@@ -2,12 +2,15 @@
 // running the hetps binary, and a local cluster of server processes.
 #pragma once
 
+#include <sys/types.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,11 @@ struct CommandResult {
 // Runs `args` (args[0] is the program) with a time limit; never throws.
 CommandResult RunCommand(const std::vector<std::string>& args,
                          std::chrono::seconds limit);
+
+// The pid of a running process whose command line contains `args` in this
+// order, one after the other (e.g. {"worker", "--config", path, "--rank",
+// "2"}), read from /proc.
+std::optional<pid_t> FindProcess(const std::vector<std::string>& args);
 
 // The built hetps binary and the source tree.
 std::string HetpsBinary();

@@ -1,0 +1,163 @@
+// The heterogeneity core across real processes: semi_async with emulated
+// mixed devices, the staleness bound as the servers recorded it, chunks
+// following speed, and a worker killed mid-run.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "support/test_support.h"
+
+namespace hetps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunCommand;
+using testing::TempDir;
+
+// Logistic regression on synthetic data; 2 fast and 2 slow emulated workers.
+std::string MixedJob(const std::string& mode, int window) {
+  return absl::StrCat(R"(name: mixed
+mode: )", mode, R"(
+window: )", window, R"(
+semi_async: {adapt_window: false, window_min: 1}
+cluster: {servers: 2, workers: 4, max_worker_failures: 1}
+server: {heartbeat_timeout_s: 1}
+client: {heartbeat_interval_s: 0.2}
+device_profiles:
+  - {ranks: [0, 1], throughput: 4000}
+  - {ranks: [2, 3], throughput: 1000}
+train:
+  model: lr
+  epochs: 2
+  batch_size: 50
+  data: {format: synthetic, train_samples: 20000, test_samples: 2000, fields: 8, ids_per_field: 200}
+  optimizer: {type: adagrad, learning_rate: 0.1}
+)");
+}
+
+struct Launched {
+  testing::CommandResult result;
+  nlohmann::json summary;
+};
+
+Launched Launch(const TempDir& dir, const std::string& config,
+           const std::vector<std::string>& sets = {}) {
+  const std::string summary = dir.path() + "/summary.json";
+  std::vector<std::string> args = {testing::HetpsBinary(), "launch", config,
+                                   "--no-status", "--summary-json", summary};
+  for (const std::string& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  Launched run;
+  run.result = RunCommand(args, std::chrono::seconds(120));
+  std::ifstream in(summary);
+  if (in.good()) run.summary = nlohmann::json::parse(in, nullptr, false);
+  return run;
+}
+
+TEST(HeteroClusterTest, SemiAsyncKeepsTheStalenessBound) {
+  // Equal batches: the fast workers make 4x the clocks of the slow ones and
+  // run into the bound.
+  TempDir dir;
+  const Launched run =
+      Launch(dir, dir.Write("job.yaml", MixedJob("semi_async", 2)),
+             {"planner.batch_plan=fixed"});
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  // Every sample of both epochs trained exactly once, by someone.
+  EXPECT_EQ(run.summary["samples"].get<uint64_t>(), 40000u);
+  EXPECT_GT(run.summary["test_auc"].get<double>(), 0.6);
+  // The servers' own record: no pull was answered more than window (2)
+  // clocks ahead of the slowest live worker, and the bound did hold pulls.
+  const std::regex record(
+      "pulls held by the bound ([0-9]+), max pull lead ([0-9]+) clocks "
+      "\\(window 2\\), bound violations 0");
+  int servers_reporting = 0;
+  const std::string& out = run.result.output;
+  for (std::sregex_iterator it(out.begin(), out.end(), record), end; it != end;
+       ++it) {
+    ++servers_reporting;
+    EXPECT_LE(std::stoi((*it)[2]), 2);
+    EXPECT_GT(std::stoi((*it)[1]), 0) << "fast workers never had to wait?";
+  }
+  EXPECT_EQ(servers_reporting, 2) << out;
+  // Emulated, and labelled so.
+  EXPECT_THAT(out, HasSubstr("emulated device: 4000 samples/s"));
+  EXPECT_EQ(run.summary["emulated"], true);
+}
+
+TEST(HeteroClusterTest, ProportionalBatchesKeepEveryWorkerBusy) {
+  TempDir dir;
+  const Launched run =
+      Launch(dir, dir.Write("job.yaml", MixedJob("semi_async", 8)));
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  EXPECT_EQ(run.summary["samples"].get<uint64_t>(), 40000u);
+  // Fast workers get 4x the batch of slow ones (total 4 x 50 per step).
+  EXPECT_THAT(run.result.output, HasSubstr("worker 0 batch 80 push_freq 1"));
+  EXPECT_THAT(run.result.output, HasSubstr("worker 3 batch 20 push_freq 1"));
+  // ...and about 4x the chunks; nobody idles.
+  uint64_t fast_chunks = 0, slow_chunks = 0;
+  for (const auto& w : run.summary["per_worker"]) {
+    const int rank = w["rank"].get<int>();
+    (rank < 2 ? fast_chunks : slow_chunks) += w["chunks"].get<uint64_t>();
+    EXPECT_GT(w["busy_fraction"].get<double>(), 0.6) << "worker " << rank;
+  }
+  EXPECT_GT(fast_chunks, 2 * slow_chunks);
+}
+
+TEST(HeteroClusterTest, ABatchLargerThanTheEmulatedMemoryFailsTheWorker) {
+  TempDir dir;
+  const Launched run =
+      Launch(dir, dir.Write("job.yaml", MixedJob("semi_async", 2)),
+             {"device_profiles[1].memory_mb=0.001",
+              "device_profiles[1].batch_size=50"});
+  EXPECT_EQ(run.result.exit_code, 1) << run.result.output;
+  EXPECT_THAT(run.result.output,
+              HasSubstr("emulated out of memory: a batch of 50 samples"));
+}
+
+void KillMidRun(const std::string& mode) {
+  TempDir dir;
+  const std::string config = dir.Write("job.yaml", MixedJob(mode, 4));
+  Launched run;
+  std::thread launcher([&] { run = Launch(dir, config); });
+  // Kill worker 2 (slow) once it has trained for a while.
+  std::optional<pid_t> victim;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!victim && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    victim = testing::FindProcess({"worker", "--config", config, "--rank", "2"});
+  }
+  ASSERT_TRUE(victim.has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  kill(*victim, SIGKILL);
+  launcher.join();
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_THAT(out, HasSubstr("worker 2 died"));
+  EXPECT_THAT(out, HasSubstr("worker 2 left the live set"));
+  EXPECT_THAT(out, HasSubstr("no heartbeat for"));
+  EXPECT_EQ(run.summary["failed_workers"], nlohmann::json::array({2}));
+  // The others did not block: they finished the remaining chunks, so close
+  // to every sample was trained (the killed worker's chunk in flight is
+  // lost until issue 6 redistributes it).
+  EXPECT_GT(run.summary["samples"].get<uint64_t>(), 36000u);
+  EXPECT_GT(run.summary["test_auc"].get<double>(), 0.6);
+}
+
+TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSemiAsyncFinishes) {
+  KillMidRun("semi_async");
+}
+
+TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSyncFinishes) {
+  KillMidRun("sync");
+}
+
+}  // namespace
+}  // namespace hetps
