@@ -2,7 +2,8 @@
 // at 1000 samples/s, 7 at 300) trained to the same model in every
 // consistency mode, in three scenarios:
 //   reference  the cluster as configured;
-//   slowdown   worker 0 runs at 30% speed from 20 s to 40 s;
+//   slowdown   worker 0 runs at 30% speed from --slow-from-s to
+//              --slow-to-s (default 8 s to 18 s: inside every mode's run);
 //   kill       a slow worker (the last rank) is killed with SIGKILL at
 //              --kill-at-s; the job goes on without it.
 // Modes: sync with equal batches, sync with throughput-proportional batches,
@@ -68,20 +69,25 @@ struct Options {
   std::vector<std::string> modes = {"sync_equal", "sync_proportional",
                                     "async", "semi_async"};
   double speed_scale = 1.0;
-  double kill_at_s = 15;
+  double kill_at_s = 10;
+  double slow_from_s = 8;
+  double slow_to_s = 18;
   std::vector<std::string> extra_sets;
 };
 
 // The device profiles of the reference cluster, speeds scaled; worker 0 on
 // its own so the slow-down scenario can slow it alone.
-std::string Profiles(double scale, bool slowdown) {
-  const double fast = 1000 * scale;
-  const double slow = 300 * scale;
+std::string Profiles(const Options& o, bool slowdown) {
+  const double fast = 1000 * o.speed_scale;
+  const double slow = 300 * o.speed_scale;
   return absl::StrFormat(
       "device_profiles=[{ranks: [0], throughput: %g%s}, {ranks: [1, 2], "
       "throughput: %g}, {ranks: [3, 4, 5, 6, 7, 8, 9], throughput: %g}]",
       fast,
-      slowdown ? ", slowdowns: [{from_s: 20, to_s: 40, factor: 0.3}]" : "",
+      slowdown ? absl::StrFormat(
+                     ", slowdowns: [{from_s: %g, to_s: %g, factor: 0.3}]",
+                     o.slow_from_s, o.slow_to_s)
+               : "",
       fast, slow);
 }
 
@@ -276,6 +282,9 @@ int main(int argc, char** argv) {
                  "keep up)");
   app.add_option("--kill-at-s", o.kill_at_s,
                  "kill scenario: seconds after launch");
+  app.add_option("--slow-from-s", o.slow_from_s,
+                 "slowdown scenario: worker 0 at 30% from here");
+  app.add_option("--slow-to-s", o.slow_to_s, "... to here");
   app.add_option("--set", o.extra_sets, "more overrides for every run");
   CLI11_PARSE(app, argc, argv);
 
@@ -304,7 +313,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::vector<std::string> sets = mode->sets;
-      sets.push_back(Profiles(o.speed_scale, scenario == "slowdown"));
+      sets.push_back(Profiles(o, scenario == "slowdown"));
       std::optional<int> kill_rank;
       if (scenario == "kill") {
         sets.push_back("cluster.max_worker_failures=1");

@@ -1,5 +1,6 @@
 #include "coord/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,8 @@ std::chrono::system_clock::time_point DeadlineIn(double seconds) {
 }
 
 }  // namespace
+
+constexpr uint32_t kTailSplit = 4;
 
 uint32_t TrainChunks(const JobConfig& config) {
   return static_cast<uint32_t>(config.train.data.chunks > 0
@@ -217,16 +220,34 @@ grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("worker rank ", request->rank(), " out of range"));
   }
-  response->set_chunks(chunks_);
+  ++workers_[request->rank()].chunks_done;
+  if (!tail_.empty()) {
+    *response = tail_.front();
+    tail_.pop_front();
+    return grpc::Status::OK;
+  }
   const uint64_t total = uint64_t{chunks_} * config_.train.epochs;
   if (chunks_given_ >= total) {
+    --workers_[request->rank()].chunks_done;
     response->set_done(true);
     return grpc::Status::OK;
   }
-  response->set_chunk(static_cast<uint32_t>(chunks_given_ % chunks_));
-  response->set_epoch(static_cast<uint32_t>(chunks_given_ / chunks_));
+  const uint32_t chunk = static_cast<uint32_t>(chunks_given_ % chunks_);
+  const uint32_t epoch = static_cast<uint32_t>(chunks_given_ / chunks_);
   ++chunks_given_;
-  ++workers_[request->rank()].chunks_done;
+  response->set_chunk(chunk);
+  response->set_chunks(chunks_);
+  response->set_epoch(epoch);
+  // The job's last chunks go out in quarters: whoever draws the very last
+  // one then holds the others up for a quarter of a chunk's time at most.
+  if (total - chunks_given_ < 2 * workers_.size()) {
+    response->set_chunks(chunks_ * kTailSplit);
+    for (uint32_t k = 1; k < kTailSplit; ++k) {
+      rpc::ChunkResponse part = *response;
+      part.set_chunk(chunk + chunks_ * k);
+      tail_.push_back(part);
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -293,6 +314,7 @@ void Coordinator::Control() {
       total.pushes_into_empty += st.pushes_into_empty();
       total.pulls += st.pulls();
       total.ssp_waits += st.ssp_waits();
+      total.ssp_wait_s += st.ssp_wait_seconds();
       total.applies += st.applies();
       total.applies_by_time += st.applies_by_time();
       for (const rpc::WorkerClock& c : st.clocks()) {
@@ -306,12 +328,20 @@ void Coordinator::Control() {
             total.pushes_into_empty - last_signals_.pushes_into_empty,
         .pulls = total.pulls - last_signals_.pulls,
         .ssp_waits = total.ssp_waits - last_signals_.ssp_waits,
+        .ssp_wait_s = total.ssp_wait_s - last_signals_.ssp_wait_s,
         .applies = total.applies - last_signals_.applies,
         .applies_by_time = total.applies_by_time - last_signals_.applies_by_time};
     // A restarted server's counters start again from zero.
     if (total.pushes < last_signals_.pushes) period_signals = total;
     last_signals_ = total;
     lock.lock();
+    // Pulls wait on every server at once: one worker-second held shows up
+    // once per server.
+    period_signals.ssp_wait_s /= std::max<size_t>(1, servers_.size());
+    period_signals.worker_s =
+        config_.semi_async.adapt_every_s *
+        std::count_if(workers_.begin(), workers_.end(),
+                      [](const WorkerState& w) { return w.live; });
     for (const auto& [w, st] : staleness) {
       if (w < workers_.size()) workers_[w].staleness = st;
     }

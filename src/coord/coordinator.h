@@ -12,7 +12,9 @@
 //  - Barrier: blocks until every live worker reached the named barrier.
 //  - Data: the train split is cut into chunks (train.data.chunks); NextChunk
 //    hands them out in order, epoch after epoch, to whichever worker asks,
-//    so faster workers train on more of them.
+//    so faster workers train on more of them. The job's last 2 × workers
+//    chunks are handed out in quarters, so the job does not wait at the end
+//    for a slow worker's whole chunk.
 //  - Control (semi_async and planned batches): a thread reads the servers'
 //    queue statistics every semi_async.adapt_every_s, lets the
 //    WindowController adjust the window (sent to the servers with the live
@@ -29,6 +31,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -135,6 +138,8 @@ class Coordinator final : public rpc::Coordinator::Service {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   const uint32_t chunks_;
   uint64_t chunks_given_ ABSL_GUARDED_BY(mu_) = 0;  // over all epochs
+  // Quarters of the last chunks, not yet handed out.
+  std::deque<rpc::ChunkResponse> tail_ ABSL_GUARDED_BY(mu_);
   WindowController window_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> window_changes_ ABSL_GUARDED_BY(mu_);
   BatchPlanner planner_ ABSL_GUARDED_BY(mu_);

@@ -10,7 +10,7 @@ namespace hetps {
 namespace {
 
 constexpr uint64_t kMinPushesPerPeriod = 4;
-constexpr double kSspWaitShare = 0.05;
+constexpr double kSspWaitTimeShare = 0.05;
 constexpr double kEmptyShare = 0.4;
 constexpr double kTimeBoundShare = 0.5;
 
@@ -60,17 +60,18 @@ WindowController::WindowController(const SemiAsyncConfig& config,
 std::optional<WindowChange> WindowController::Adjust(
     const WindowSignals& period) {
   if (period.pushes < kMinPushesPerPeriod) return std::nullopt;
-  const double waits = Share(period.ssp_waits, period.pulls);
+  const double waits =
+      period.worker_s > 0 ? period.ssp_wait_s / period.worker_s : 0.0;
   const double empty = Share(period.pushes_into_empty, period.pushes);
   const double by_time = Share(period.applies_by_time, period.applies);
   uint32_t next = window_;
   std::string reason;
-  if (waits > kSspWaitShare || empty > kEmptyShare) {
+  if (waits > kSspWaitTimeShare || empty > kEmptyShare) {
     next = Clamp(config_, std::max(window_ * 1.5, window_ + 1.0));
-    reason = waits > kSspWaitShare
+    reason = waits > kSspWaitTimeShare
                  ? absl::StrFormat(
-                       "too small: %.0f%% of pulls waited at the staleness "
-                       "bound (%d of %d)",
+                       "too small: workers spent %.0f%% of their time held "
+                       "at the staleness bound (%d of %d pulls waited)",
                        100 * waits, period.ssp_waits, period.pulls)
                  : absl::StrFormat(
                        "too small: the queue was empty at %.0f%% of pushes "

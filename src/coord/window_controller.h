@@ -9,10 +9,12 @@
 // Adaptation: every semi_async.adapt_every_s the coordinator sums the
 // servers' queue statistics over the period (WindowSignals) and calls
 // Adjust. The rules, in order:
-//   - workers held at the staleness bound (ssp_waits) on more than 5% of
-//     pulls, or the queue usually empty — more than 40% of the pushes
-//     found it empty — means the window is too small: grow by half (at
-//     least 1);
+//   - workers held at the staleness bound for more than 5% of their time
+//     (ssp_wait_s over the period's worker-seconds), or the queue usually
+//     empty — more than 40% of the pushes found it empty — means the window
+//     is too small: grow by half (at least 1). (A pull that waits a moment
+//     costs nothing worth a larger window: a larger window means staler
+//     gradients and fewer, larger updates.)
 //   - the queue keeps growing: more than half of the applies came from the
 //     time bound (the queue never reached the window), so the window is too
 //     large: shrink by a quarter (at least 1);
@@ -38,6 +40,8 @@ struct WindowSignals {
   uint64_t pushes_into_empty = 0;
   uint64_t pulls = 0;
   uint64_t ssp_waits = 0;
+  double ssp_wait_s = 0;   // time pulls spent held by the bound
+  double worker_s = 0;     // period length × live workers
   uint64_t applies = 0;
   uint64_t applies_by_time = 0;
 };

@@ -218,12 +218,13 @@ class LineReader final : public Reader {
     return SkipHeader();
   }
 
-  absl::Status Seek(uint32_t shard, uint32_t) override {
-    if (shard >= num_shards_) {
+  absl::Status Seek(uint32_t shard, uint32_t num_shards, uint32_t) override {
+    if (num_shards == 0 || shard >= num_shards) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "reader shard ", shard, " of ", num_shards_, ": need shard < shards"));
+          "reader shard ", shard, " of ", num_shards, ": need shard < shards"));
     }
     shard_ = shard;
+    num_shards_ = num_shards;
     return Rewind();
   }
 
@@ -334,7 +335,7 @@ class LineReader final : public Reader {
   const std::unique_ptr<LineParser> parser_;
   const Split split_;
   uint32_t shard_;
-  const uint32_t num_shards_;
+  uint32_t num_shards_;
   const double test_fraction_;
   const uint64_t split_seed_;
   const double max_bad_fraction_;
@@ -401,12 +402,13 @@ class SyntheticReader final : public Reader {
     return absl::OkStatus();
   }
 
-  absl::Status Seek(uint32_t shard, uint32_t) override {
-    if (shard >= num_shards_) {
+  absl::Status Seek(uint32_t shard, uint32_t num_shards, uint32_t) override {
+    if (num_shards == 0 || shard >= num_shards) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "reader shard ", shard, " of ", num_shards_, ": need shard < shards"));
+          "reader shard ", shard, " of ", num_shards, ": need shard < shards"));
     }
     shard_ = shard;
+    num_shards_ = num_shards;
     return Rewind();
   }
 
@@ -414,7 +416,7 @@ class SyntheticReader final : public Reader {
   const SyntheticLrData data_;
   const Split split_;
   uint32_t shard_;
-  const uint32_t num_shards_;
+  uint32_t num_shards_;
   const uint64_t size_;
   std::vector<uint64_t> keys_;  // scratch for one sample
   uint64_t next_;               // index of the next sample of this shard
@@ -424,12 +426,16 @@ class SyntheticReader final : public Reader {
 // Hands out the train samples of `inner` in a seeded random order: reads a
 // block of `block` samples, emits them permuted, reads the next. A share
 // that fits in one block is fully shuffled; a larger one is shuffled within
-// blocks. The order depends on (seed, shard, epoch) only.
+// blocks. The order depends on (seed, shard, shards, epoch) only.
 class ShuffleReader final : public Reader {
  public:
   ShuffleReader(std::unique_ptr<Reader> inner, uint64_t block, uint64_t seed,
-                uint32_t shard)
-      : inner_(std::move(inner)), block_(block), seed_(seed), shard_(shard) {}
+                uint32_t shard, uint32_t num_shards)
+      : inner_(std::move(inner)),
+        block_(block),
+        seed_(seed),
+        shard_(shard),
+        num_shards_(num_shards) {}
 
   int num_slots() const override { return inner_->num_slots(); }
   int num_dense() const override { return inner_->num_dense(); }
@@ -447,8 +453,8 @@ class ShuffleReader final : public Reader {
         order_.resize(*n);
         std::iota(order_.begin(), order_.end(), uint32_t{0});
         std::mt19937_64 rng(
-            Mix64(seed_ ^ Mix64((uint64_t{epoch_} << 32) ^ shard_ ^
-                                Mix64(blocks_++))));
+            Mix64(seed_ ^ Mix64((uint64_t{epoch_} << 32) ^ shard_) ^
+                  Mix64((uint64_t{num_shards_} << 32) ^ blocks_++)));
         std::shuffle(order_.begin(), order_.end(), rng);
         next_ = 0;
       }
@@ -457,15 +463,19 @@ class ShuffleReader final : public Reader {
     return batch->size();
   }
 
-  absl::Status Rewind() override { return Seek(shard_, epoch_ + 1); }
+  absl::Status Rewind() override {
+    return Seek(shard_, num_shards_, epoch_ + 1);
+  }
 
-  absl::Status Seek(uint32_t shard, uint32_t pass) override {
+  absl::Status Seek(uint32_t shard, uint32_t num_shards,
+                    uint32_t pass) override {
     order_.clear();
     next_ = 0;
     blocks_ = 0;
     shard_ = shard;
+    num_shards_ = num_shards;
     epoch_ = pass;
-    return inner_->Seek(shard, pass);
+    return inner_->Seek(shard, num_shards, pass);
   }
 
  private:
@@ -473,6 +483,7 @@ class ShuffleReader final : public Reader {
   const uint64_t block_;
   const uint64_t seed_;
   uint32_t shard_;
+  uint32_t num_shards_;
   Batch pool_;                   // the current block
   std::vector<uint32_t> order_;  // its permutation
   size_t next_ = 0;              // next position in order_
@@ -586,7 +597,8 @@ absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const DataConfig& config,
         config.shuffle_buffer));
   }
   return std::make_unique<ShuffleReader>(
-      *std::move(reader), config.shuffle_buffer, config.split_seed, shard);
+      *std::move(reader), config.shuffle_buffer, config.split_seed, shard,
+      num_shards);
 }
 
 namespace {

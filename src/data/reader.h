@@ -52,11 +52,13 @@ class Reader {
   // Starts the share again from its first record (next epoch).
   virtual absl::Status Rewind() = 0;
 
-  // Switches to share `shard` (of the same number of shards) and starts it
-  // from its first record, as pass `pass` (0-based; a shuffled reader
-  // permutes each pass differently). Chunked training reads chunk after
-  // chunk through one reader this way.
-  virtual absl::Status Seek(uint32_t shard, uint32_t pass) = 0;
+  // Switches to share `shard` of `num_shards` and starts it from its first
+  // record, as pass `pass` (0-based; a shuffled reader permutes each pass
+  // differently). Chunked training reads chunk after chunk through one
+  // reader this way. Shard s of N is exactly the union of shards s + N·k of
+  // K·N (k < K), so a chunk can be split into finer ones.
+  virtual absl::Status Seek(uint32_t shard, uint32_t num_shards,
+                            uint32_t pass) = 0;
 
   virtual const ReaderStats& stats() const = 0;
 };

@@ -377,8 +377,9 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
       }
       epoch = static_cast<int>(chunk->epoch());
     }
-    // One reader for every chunk: its shards are the chunks.
-    if (chunk->chunks() != chunks) {
+    // One reader for every chunk: its shards are the chunks (or quarters of
+    // them at the end of the job).
+    if (chunk->chunks() % chunks != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the coordinator cuts the data into ", chunk->chunks(),
           " chunks, this worker into ", chunks,
@@ -386,7 +387,7 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
     }
     // A pass's stats end with it: keep the count of each chunk.
     report.malformed_records += (*train)->stats().malformed;
-    if (auto s = (*train)->Seek(chunk->chunk(), chunk->epoch()); !s.ok()) {
+    if (auto s = (*train)->Seek(chunk->chunk(), chunk->chunks(), chunk->epoch()); !s.ok()) {
       return s;
     }
     ++report.chunks;

@@ -159,5 +159,63 @@ TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSyncFinishes) {
   KillMidRun("sync");
 }
 
+TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
+  TempDir dir;
+  const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
+  const std::string config = dir.Write(
+      "job.yaml",
+      MixedJob("semi_async", 8) +
+          absl::StrCat("\n# slower, so the job is still running when asked\n"));
+  testing::CommandResult launched;
+  std::thread launcher([&] {
+    launched = RunCommand(
+        {testing::HetpsBinary(), "launch", config, "--set",
+         absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
+         "--set", "train.epochs=4"},
+        std::chrono::seconds(120));
+  });
+  // Ask while it trains (after the first plans and pushes).
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  const testing::CommandResult status = RunCommand(
+      {testing::HetpsBinary(), "status", "--json", "--coordinator", endpoints[0]},
+      std::chrono::seconds(20));
+  const testing::CommandResult text = RunCommand(
+      {testing::HetpsBinary(), "status", "--coordinator", endpoints[0]},
+      std::chrono::seconds(20));
+  launcher.join();
+  ASSERT_EQ(launched.exit_code, 0) << launched.output;
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  const nlohmann::json j = nlohmann::json::parse(status.output, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << status.output;
+  EXPECT_EQ(j["mode"], "semi_async");
+  EXPECT_EQ(j["window"], 8);
+  ASSERT_EQ(j["workers"].size(), 4u);
+  for (const auto& w : j["workers"]) {
+    const int rank = w["rank"].get<int>();
+    EXPECT_EQ(w["live"], true) << rank;
+    EXPECT_EQ(w["emulated"], true) << rank;
+    EXPECT_EQ(w["batch_size"], rank < 2 ? 80 : 20) << rank;
+    EXPECT_EQ(w["push_freq"], 1) << rank;
+    EXPECT_GT(w["clock"].get<uint64_t>(), 0u) << rank;
+    EXPECT_GT(w["busy_fraction"].get<double>(), 0.3) << rank;
+    // Samples per busy second: the emulated speed, give or take.
+    const double speed = rank < 2 ? 4000 : 1000;
+    EXPECT_NEAR(w["compute_samples_per_s"].get<double>(), speed, 0.3 * speed);
+  }
+  ASSERT_EQ(j["servers"].size(), 2u);
+  for (const auto& s : j["servers"]) {
+    EXPECT_EQ(s["reachable"], true);
+    EXPECT_GT(s["pushes"].get<uint64_t>(), 0u);
+    EXPECT_GT(s["table_rows"]["lr_emb"].get<uint64_t>(), 0u);
+    EXPECT_GE(s["cpu_fraction"].get<double>(), 0.0);
+    EXPECT_EQ(s["bound_violations"], 0);
+  }
+  EXPECT_THAT(text.output, HasSubstr("[status]"));
+  EXPECT_THAT(text.output, HasSubstr("window 8"));
+  EXPECT_THAT(text.output, HasSubstr("(emulated)"));
+  // launch printed its live status line while the job ran.
+  EXPECT_THAT(launched.output, HasSubstr("[status] "));
+}
+
 }  // namespace
 }  // namespace hetps

@@ -44,7 +44,8 @@ TEST(WindowControllerTest, InitialWindowWithoutThroughputsOrConfigured) {
 // A period where the queue fills to the window and applies there.
 WindowSignals Healthy() {
   return {.pushes = 100, .pushes_into_empty = 6, .pulls = 100,
-          .ssp_waits = 1, .applies = 6, .applies_by_time = 0};
+          .ssp_waits = 10, .ssp_wait_s = 0.1, .worker_s = 20,
+          .applies = 6, .applies_by_time = 0};
 }
 
 TEST(WindowControllerTest, GrowsWhenTheQueueIsUsuallyEmpty) {
@@ -61,15 +62,20 @@ TEST(WindowControllerTest, GrowsWhenTheQueueIsUsuallyEmpty) {
   EXPECT_EQ(wc.window(), 12u);
 }
 
-TEST(WindowControllerTest, GrowsWhenPullsWaitAtTheBound) {
+TEST(WindowControllerTest, GrowsWhenWorkersSpendTimeHeldAtTheBound) {
   SemiAsyncConfig config;
   WindowController wc(config, 2);
   WindowSignals waits = Healthy();
   waits.ssp_waits = 30;
+  waits.ssp_wait_s = 0.9;  // 4.5% of 20 worker-seconds: not yet
+  EXPECT_FALSE(wc.Adjust(waits).has_value());
+  waits.ssp_wait_s = 3;  // 15%
   auto change = wc.Adjust(waits);
   ASSERT_TRUE(change.has_value());
   EXPECT_EQ(change->to, 3u);  // at least +1
-  EXPECT_THAT(change->reason, HasSubstr("30% of pulls waited"));
+  EXPECT_THAT(change->reason,
+              HasSubstr("15% of their time held at the staleness bound (30 of "
+                        "100 pulls waited)"));
 }
 
 TEST(WindowControllerTest, ShrinksWhenTheQueueKeepsGrowing) {

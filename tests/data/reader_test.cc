@@ -504,6 +504,25 @@ TEST(ReaderShuffleTest, BlocksArePermutedBySeedShardAndEpoch) {
   EXPECT_TRUE(std::is_sorted(test.begin(), test.end()));
 }
 
+TEST(ReaderSplitTest, SeekSplitsAShardIntoFinerOnes) {
+  TempDir dir;
+  DataConfig config = FileConfig("libsvm", NumberedRecords(dir, 400));
+  config.test_fraction = 0.2;
+  std::unique_ptr<Reader> reader = MustOpen(config, Split::kTrain, 1, 4);
+  ASSERT_NE(reader, nullptr);
+  const std::vector<uint64_t> whole = RecordsOf(*reader);
+  std::vector<uint64_t> parts;
+  for (uint32_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(reader->Seek(1 + 4 * k, 12, 0).ok());
+    for (uint64_t r : RecordsOf(*reader)) parts.push_back(r);
+  }
+  std::sort(parts.begin(), parts.end());
+  EXPECT_EQ(parts, whole);
+  EXPECT_FALSE(whole.empty());
+  EXPECT_THAT(reader->Seek(12, 12, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("12 of 12")));
+}
+
 TEST(ReaderShuffleTest, ABlockLargerThanTheShareShufflesItWhole) {
   TempDir dir;
   DataConfig config = FileConfig("libsvm", NumberedRecords(dir, 300));
