@@ -343,6 +343,12 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   auto last_log = start;
   double pull_s = 0;        // time inside pulls: not busy
   double busy_s = 0;        // the rest of each step
+  // Samples per busy second over the last few seconds (exponentially
+  // decayed, time constant kThroughputTau): what the planner re-plans from,
+  // so a slow-down shows within seconds, not diluted by the whole run.
+  constexpr double kThroughputTau = 2.0;
+  double recent_samples = 0;
+  double recent_busy_s = 0;
   uint64_t plan_version = 0;
   uint32_t batch_size = static_cast<uint32_t>(config.train.batch_size);
   uint32_t push_freq = 1;
@@ -425,8 +431,12 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
           if (auto s = push_accumulated(); !s.ok()) return s;
         }
       }
+      const double step_s = SecondsSince(began);
       pull_s += pulled;
-      busy_s += SecondsSince(began) - pulled;
+      busy_s += step_s - pulled;
+      const double decay = std::exp(-step_s / kThroughputTau);
+      recent_samples = recent_samples * decay + static_cast<double>(*n);
+      recent_busy_s = recent_busy_s * decay + (step_s - pulled);
       ++report.steps;
       report.samples += *n;
       recent_loss.push_back(loss / *n);
@@ -440,7 +450,8 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
            .batch_size = batch_size,
            .push_freq = push_freq,
            .busy_fraction = busy_s / seconds,
-           .compute_samples_per_s = report.samples / std::max(busy_s, 1e-9),
+           .compute_samples_per_s =
+               recent_samples / std::max(recent_busy_s, 1e-9),
            .emulated = device.emulated(),
            .memory_mb = device.memory_mb()});
       if (Clock::now() - last_log > std::chrono::seconds(2)) {
