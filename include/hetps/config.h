@@ -155,6 +155,25 @@ struct DeviceProfileConfig {
   std::vector<SlowdownConfig> slowdowns;
 };
 
+// Gradient compression on the push path (src/compress/, SPEC §5).
+struct CompressConfig {
+  // none | fp16 | int8 | sparse | sparse+fp16 | sparse+int8 | adaptive
+  std::string codec = "none";
+  double keep_fraction = 0;  // sparse kinds: share kept by magnitude (0 = non-zeros)
+  uint32_t int8_block = 0;   // int8 kinds: values per scale (0 = per row / 256)
+  // Keep each lossy encode's residual and add it to the next gradient.
+  bool error_feedback = true;
+  // adaptive: the transfer of a push may take at most this share of the
+  // batch's compute time.
+  double max_transfer_fraction = 0.25;
+  // Over-compression check: the summary JSON of an uncompressed reference
+  // run (its loss_curve); when this run needs more than
+  // overcompression_ratio × the reference's steps to reach the same loss,
+  // the worker warns. Empty: no check.
+  std::string reference_summary;
+  double overcompression_ratio = 1.3;
+};
+
 // The BatchPlanner (coordinator): batch sizes from measured throughput.
 struct PlannerConfig {
   // fixed: every worker uses train.batch_size. proportional: batch ∝
@@ -190,6 +209,7 @@ struct JobConfig {
   SemiAsyncConfig semi_async;
   PlannerConfig planner;
   std::vector<DeviceProfileConfig> device_profiles;
+  CompressConfig compress;
   // Tables of the job. When empty, the model's own (ResolveModelTables).
   std::vector<TableConfig> tables;
   ServerOptions server;

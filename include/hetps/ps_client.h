@@ -35,6 +35,20 @@ struct PsClientOptions {
   bool push_to_all_servers = true;
 };
 
+struct CodecSpec;     // src/compress/codec.h
+class ErrorFeedback;  // src/compress/error_feedback.h
+
+// How Push encodes its gradients (src/compress/, docs/PROTOCOL.md) and what
+// it sent. Each server's part is encoded on its own; with `feedback`, the
+// residual of a lossy encode is kept per table row (per table and server
+// slice for dense tables) and added to the next push.
+struct PushEncoding {
+  const CodecSpec* spec = nullptr;    // nullptr or codec none: raw fp32
+  ErrorFeedback* feedback = nullptr;  // nullptr: no error feedback
+  uint64_t raw_bytes = 0;   // out: the gradient payloads as fp32 keys+values
+  uint64_t sent_bytes = 0;  // out: as sent
+};
+
 // Whether the caller promises that a key list has no duplicates.
 enum class KeySet { kMayRepeat, kUnique };
 
@@ -71,8 +85,10 @@ class PsClient {
   // Pushes one step's gradients (any mix of tables) computed on
   // `batch_size` samples, then advances the clock. Duplicate sparse keys are
   // summed into one row unless `key_set` says they are unique.
+  // `encoding` (optional) selects a codec and receives the byte counts.
   absl::Status Push(std::span<const TableGrad> grads, uint32_t batch_size,
-                    KeySet key_set = KeySet::kMayRepeat);
+                    KeySet key_set = KeySet::kMayRepeat,
+                    PushEncoding* encoding = nullptr);
 
   // Pushes made so far.
   uint64_t clock() const;

@@ -226,7 +226,17 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     }
     uint64_t malformed = 0;
     nlohmann::json per_worker = nlohmann::json::array();
+    uint64_t raw_bytes = 0, sent_bytes = 0;
+    nlohmann::json sent_by_codec = nlohmann::json::object();
     for (auto& [rank, r] : reports) {
+      raw_bytes += r.value("raw_bytes", uint64_t{0});
+      sent_bytes += r.value("sent_bytes", uint64_t{0});
+      if (r.contains("sent_by_codec")) {
+        for (const auto& [codec, bytes] : r["sent_by_codec"].items()) {
+          sent_by_codec[codec] =
+              sent_by_codec.value(codec, uint64_t{0}) + bytes.get<uint64_t>();
+        }
+      }
       samples += r["samples"].get<uint64_t>();
       malformed += r.value("malformed_records", uint64_t{0});
       train_s = std::max(train_s, r["train_s"].get<double>());
@@ -238,6 +248,14 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
                             {"device", r.value("device", std::string())}});
     }
     summary["per_worker"] = per_worker;
+    summary["codec"] = config.compress.codec;
+    summary["gradient_bytes_raw"] = raw_bytes;
+    summary["gradient_bytes_sent"] = sent_bytes;
+    summary["sent_by_codec"] = sent_by_codec;
+    summary["compression_ratio"] =
+        sent_bytes > 0 ? static_cast<double>(raw_bytes) / sent_bytes : 1.0;
+    summary["loss_curve"] = reports[0].value("loss_curve", nlohmann::json::array());
+    summary["warnings"] = reports[0].value("warnings", nlohmann::json::array());
     summary["failed_workers"] = failed_workers;
     summary["emulated"] = !config.device_profiles.empty();
     summary["malformed_records"] = malformed;
@@ -319,6 +337,14 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
          {"push_freq", w.push_freq()},
          {"staleness", w.staleness()},
          {"chunks", w.chunks_done()},
+         {"codec", w.codec()},
+         {"codec_reason", w.codec_reason()},
+         {"raw_bytes", w.raw_bytes()},
+         {"sent_bytes", w.sent_bytes()},
+         {"compression_ratio",
+          w.sent_bytes() > 0
+              ? static_cast<double>(w.raw_bytes()) / w.sent_bytes()
+              : 1.0},
          {"last_heartbeat_age_s", w.last_heartbeat_age_s()},
          {"left_reason", w.left_reason()}});
   }
@@ -388,12 +414,15 @@ int RunStatus(const std::string& coordinator_endpoint, bool json) {
   for (const rpc::WorkerStatus& w : status->workers()) {
     std::printf(
         "worker %u  %-5s%s clock %llu  batch %u x%u  %.0f samples/s "
-        "(%.0f when busy)  busy %.0f%%  staleness %llu  heartbeat %.1fs ago "
-        "%s\n",
+        "(%.0f when busy)  busy %.0f%%  staleness %llu  codec %s (%.1fx)  "
+        "heartbeat %.1fs ago %s\n",
         w.rank(), w.live() ? "live" : "gone", w.emulated() ? " (emulated)" : "",
         static_cast<unsigned long long>(w.clock()), w.batch_size(),
         w.push_freq(), w.samples_per_s(), w.compute_samples_per_s(),
         100 * w.busy_fraction(), static_cast<unsigned long long>(w.staleness()),
+        w.codec().c_str(),
+        w.sent_bytes() > 0 ? static_cast<double>(w.raw_bytes()) / w.sent_bytes()
+                           : 1.0,
         w.last_heartbeat_age_s(), w.left_reason().c_str());
   }
   for (const auto& s : j["servers"]) {

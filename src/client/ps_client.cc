@@ -22,6 +22,8 @@
 #include "common/channel.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "compress/codec.h"
+#include "compress/error_feedback.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/version.h"
 
@@ -379,7 +381,16 @@ absl::Status PsClient::PullDense(const std::string& table,
 }
 
 absl::Status PsClient::Push(std::span<const TableGrad> grads,
-                            uint32_t batch_size, KeySet key_set) {
+                            uint32_t batch_size, KeySet key_set,
+                            PushEncoding* encoding) {
+  const CodecSpec* spec =
+      encoding != nullptr && encoding->spec != nullptr &&
+              encoding->spec->kind != CodecKind::kNone
+          ? encoding->spec
+          : nullptr;
+  ErrorFeedback* feedback = spec != nullptr ? encoding->feedback : nullptr;
+  uint64_t raw_bytes = 0;
+  uint64_t sent_bytes = 0;
   const ShardMap& map = *impl_->shard_map;
   const uint32_t n = map.num_servers();
   std::vector<rpc::PushRequest> requests(n);
@@ -410,8 +421,22 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         rpc::TableGradient* g = requests[s].add_gradients();
         g->set_table(grad.table);
         g->set_dim(static_cast<uint32_t>(meta.dim));
-        AssignBytes<float>(g->mutable_values(),
-                           grad.values.subspan(offset, length));
+        const auto slice = grad.values.subspan(offset, length);
+        raw_bytes += slice.size() * sizeof(float);
+        if (spec == nullptr) {
+          AssignBytes<float>(g->mutable_values(), slice);
+        } else if (feedback != nullptr) {
+          // Each server holds its own slice: one residual per slice.
+          if (auto st = feedback->EncodeDense(absl::StrCat(grad.table, "@", s),
+                                              *spec, slice, g->mutable_values());
+              !st.ok()) {
+            return st;
+          }
+        } else {
+          EncodeDense(*spec, slice, g->mutable_values());
+        }
+        if (spec != nullptr) g->set_codec(static_cast<uint32_t>(spec->kind));
+        sent_bytes += g->values().size();
         has_content[s] = true;
       }
       continue;
@@ -452,6 +477,23 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         k[i] = keys[pos];
         std::memcpy(&v[i * dim], &values[pos * dim], dim * sizeof(float));
       }
+      raw_bytes += k.size_bytes() + v.size_bytes();
+      if (spec != nullptr) {
+        std::string payload;
+        const uint32_t d = static_cast<uint32_t>(dim);
+        if (feedback != nullptr) {
+          if (auto st = feedback->EncodeRows(grad.table, *spec, d, k, v, &payload);
+              !st.ok()) {
+            return st;
+          }
+        } else {
+          EncodeRows(*spec, d, k, v, &payload);
+        }
+        g->clear_keys();
+        *g->mutable_values() = std::move(payload);
+        g->set_codec(static_cast<uint32_t>(spec->kind));
+      }
+      sent_bytes += g->keys().size() + g->values().size();
       has_content[s] = true;
     }
   }
@@ -469,6 +511,10 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
       });
   if (!status.ok()) return status;
   impl_->clock.fetch_add(1);
+  if (encoding != nullptr) {
+    encoding->raw_bytes += raw_bytes;
+    encoding->sent_bytes += sent_bytes;
+  }
   return absl::OkStatus();
 }
 

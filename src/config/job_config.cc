@@ -160,6 +160,17 @@ void Fields(DeviceProfileConfig& c, Visit&& visit) {
 }
 
 template <typename Visit>
+void Fields(CompressConfig& c, Visit&& visit) {
+  visit("codec", c.codec);
+  visit("keep_fraction", c.keep_fraction);
+  visit("int8_block", c.int8_block);
+  visit("error_feedback", c.error_feedback);
+  visit("max_transfer_fraction", c.max_transfer_fraction);
+  visit("reference_summary", c.reference_summary);
+  visit("overcompression_ratio", c.overcompression_ratio);
+}
+
+template <typename Visit>
 void Fields(PlannerConfig& c, Visit&& visit) {
   visit("batch_plan", c.batch_plan);
   visit("replan_threshold", c.replan_threshold);
@@ -189,6 +200,7 @@ void Fields(JobConfig& c, Visit&& visit) {
   visit("semi_async", c.semi_async);
   visit("planner", c.planner);
   visit("device_profiles", c.device_profiles);
+  visit("compress", c.compress);
   visit("tables", c.tables);
   visit("server", c.server);
   visit("client", c.client);
@@ -693,6 +705,9 @@ absl::Status ValidateTrain(const TrainConfig& train) {
 }
 
 constexpr absl::string_view kBatchPlans[] = {"fixed", "proportional", "auto"};
+constexpr absl::string_view kCodecs[] = {"none",   "fp16",        "int8",
+                                         "sparse", "sparse+fp16", "sparse+int8",
+                                         "adaptive"};
 
 absl::Status ValidateHeterogeneity(const JobConfig& config) {
   const SemiAsyncConfig& sa = config.semi_async;
@@ -706,6 +721,21 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
       CheckPositive("semi_async.adapt_every_s", sa.adapt_every_s));
   CONFIG_RETURN_IF_ERROR(
       CheckNonNegative("semi_async.staleness_decay", sa.staleness_decay));
+  const CompressConfig& cc = config.compress;
+  CONFIG_RETURN_IF_ERROR(
+      CheckOneOf("compress.codec", "codec", cc.codec, kCodecs));
+  if (!(cc.keep_fraction >= 0 && cc.keep_fraction <= 1)) {
+    return Invalid("compress.keep_fraction: must be in [0, 1], got ",
+                   cc.keep_fraction);
+  }
+  if (!(cc.max_transfer_fraction > 0 && cc.max_transfer_fraction <= 1)) {
+    return Invalid("compress.max_transfer_fraction: must be in (0, 1], got ",
+                   cc.max_transfer_fraction);
+  }
+  if (!(cc.overcompression_ratio > 1 && std::isfinite(cc.overcompression_ratio))) {
+    return Invalid("compress.overcompression_ratio: must be > 1, got ",
+                   cc.overcompression_ratio);
+  }
   CONFIG_RETURN_IF_ERROR(CheckOneOf("planner.batch_plan", "batch plan",
                                     config.planner.batch_plan, kBatchPlans));
   CONFIG_RETURN_IF_ERROR(CheckPositive("planner.replan_threshold",

@@ -195,6 +195,10 @@ grpc::Status Coordinator::Heartbeat(grpc::ServerContext*,
     w.compute_samples_per_s = request->compute_samples_per_s();
     w.emulated = request->emulated();
     w.memory_mb = request->memory_mb();
+    w.raw_bytes = request->raw_bytes();
+    w.sent_bytes = request->sent_bytes();
+    w.codec = request->codec();
+    w.codec_reason = request->codec_reason();
     const WorkerPlan& plan = planner_.plan()[request->rank()];
     rpc::BatchPlan* out = response->mutable_plan();
     out->set_version(planner_.version());
@@ -467,6 +471,10 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
       ws->set_staleness(w.staleness);
       ws->set_emulated(w.emulated);
       ws->set_chunks_done(w.chunks_done);
+      ws->set_raw_bytes(w.raw_bytes);
+      ws->set_sent_bytes(w.sent_bytes);
+      ws->set_codec(w.codec);
+      ws->set_codec_reason(w.codec_reason);
     }
   }
   // Ask every server for its tables and queue, outside the lock.
@@ -626,6 +634,10 @@ absl::Status CoordinatorClient::HeartbeatNow() {
     request.set_compute_samples_per_s(p.compute_samples_per_s);
     request.set_emulated(p.emulated);
     request.set_memory_mb(p.memory_mb);
+    request.set_raw_bytes(p.raw_bytes);
+    request.set_sent_bytes(p.sent_bytes);
+    request.set_codec(p.codec);
+    request.set_codec_reason(p.codec_reason);
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(config_.client.heartbeat_interval_s * 2));

@@ -107,6 +107,10 @@ class Coordinator final : public rpc::Coordinator::Service {
     bool emulated = false;
     uint64_t chunks_done = 0;
     uint64_t staleness = 0;  // from the servers' last statistics
+    uint64_t raw_bytes = 0;
+    uint64_t sent_bytes = 0;
+    std::string codec;
+    std::string codec_reason;
   };
 
   absl::Status CheckSchema(const rpc::RegisterRequest& request) const;
@@ -176,6 +180,10 @@ class CoordinatorClient {
     double compute_samples_per_s = 0;
     bool emulated = false;
     double memory_mb = 0;
+    uint64_t raw_bytes = 0;
+    uint64_t sent_bytes = 0;
+    std::string codec;
+    std::string codec_reason;
   };
   void ReportProgress(const Progress& progress);
   // The latest plan from the coordinator (version 0 until the first reply).

@@ -10,6 +10,7 @@
 #include "common/bytes.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "compress/codec.h"
 #include "coord/window_controller.h"
 #include "hetps/version.h"
 
@@ -232,24 +233,49 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
   std::vector<std::vector<float>> value_scratch(request.gradients_size());
   for (int g = 0; g < request.gradients_size(); ++g) {
     const rpc::TableGradient& grad = request.gradients(g);
-    if (grad.values().size() % sizeof(float) != 0) {
+    const bool encoded = grad.codec() != 0;
+    if (encoded && !grad.keys().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", grad.table(), "': an encoded gradient carries its keys in "
+          "its payload, but the keys field is set"));
+    }
+    if (!encoded && grad.values().size() % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("table '", grad.table(), "': values field has ",
                        grad.values().size(), " bytes, not a multiple of 4"));
     }
-    auto values = ViewAs<float>(grad.values(), value_scratch[g]);
+    std::span<const float> values;
+    if (!encoded) values = ViewAs<float>(grad.values(), value_scratch[g]);
+    // A decode failure names the table; nothing of the push is applied.
+    auto refused = [&](const absl::Status& s) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", grad.table(), "': codec ", grad.codec(), " payload: ",
+          s.message()));
+    };
     if (SparseTable* table = sparse_table(grad.table())) {
       if (grad.dim() != table->dim()) {
         return absl::InvalidArgumentError(
             absl::StrCat("table '", grad.table(), "' has dim ", table->dim(),
                          ", push says ", grad.dim()));
       }
-      if (grad.keys().size() % sizeof(uint64_t) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table '", grad.table(), "': keys field has ",
-                         grad.keys().size(), " bytes, not a multiple of 8"));
+      std::span<const uint64_t> keys;
+      if (encoded) {
+        if (auto s = DecodeRows(grad.values(), static_cast<uint32_t>(table->dim()),
+                                config_.server.max_keys_per_request,
+                                &key_scratch[g], &value_scratch[g]);
+            !s.ok()) {
+          return refused(s);
+        }
+        keys = key_scratch[g];
+        values = value_scratch[g];
+      } else {
+        if (grad.keys().size() % sizeof(uint64_t) != 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("table '", grad.table(), "': keys field has ",
+                           grad.keys().size(), " bytes, not a multiple of 8"));
+        }
+        keys = ViewAs<uint64_t>(grad.keys(), key_scratch[g]);
       }
-      auto keys = ViewAs<uint64_t>(grad.keys(), key_scratch[g]);
       if (values.size() != keys.size() * table->dim()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "table '", grad.table(), "': ", keys.size(), " keys × dim ",
@@ -263,6 +289,13 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
       if (!grad.keys().empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "table '", grad.table(), "' is dense; push carries keys"));
+      }
+      if (encoded) {
+        value_scratch[g].resize(table->length());
+        if (auto s = DecodeDense(grad.values(), value_scratch[g]); !s.ok()) {
+          return refused(s);
+        }
+        values = value_scratch[g];
       }
       if (values.size() != table->length()) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -22,11 +22,15 @@
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "worker/device_profile.h"
+#include "worker/push_codec.h"
 
 namespace hetps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Steps between two points of the loss curve (report, over-compression).
+constexpr uint64_t kLossCurveEvery = 20;
 
 // The id under which rank 0's evaluation thread pulls: not a worker of the
 // job, so no consistency mode waits for it or holds it.
@@ -136,16 +140,24 @@ class Worker {
                         step.p, step.row_grads, step.dense_grad);
   }
 
+  // Pushes one gradient, encoded as `codec` chooses after `compute_s` of
+  // compute; the emulated link is throttled by the bytes actually sent.
   absl::Status Push(std::span<const uint64_t> keys, std::span<const float> rows,
-                    std::span<const float> dense, uint32_t samples) {
+                    std::span<const float> dense, uint32_t samples,
+                    PushCodec& codec, double compute_s) {
     const auto began = Clock::now();
     const TableGrad grads[] = {{sparse_table(), keys, rows},
                                {dense_table(), {}, dense}};
-    if (auto s = client_.Push(grads, samples, KeySet::kUnique); !s.ok()) {
+    const GradientShape parts[] = {
+        ShapeOfRows(static_cast<uint32_t>(model_.row_dim()), rows),
+        ShapeOfDense(dense)};
+    PushEncoding* encoding = codec.Prepare(parts, compute_s);
+    if (auto s = client_.Push(grads, samples, KeySet::kUnique, encoding);
+        !s.ok()) {
       return s;
     }
-    device_.Throttle(keys.size() * 8 + (rows.size() + dense.size()) * 4,
-                     began);
+    device_.Throttle(encoding->sent_bytes, began);
+    codec.Finished(SecondsSince(began));
     return absl::OkStatus();
   }
 
@@ -331,6 +343,8 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   report.rank = rank;
   report.emulated = device.emulated();
   report.device = device.Describe();
+  auto codec = PushCodec::Create(config, config.ProfileOf(rank));
+  if (!codec.ok()) return codec.status();
   Step step;
   Accumulator accumulated;
   std::deque<double> recent_loss;
@@ -350,15 +364,17 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   double recent_samples = 0;
   double recent_busy_s = 0;
   uint64_t plan_version = 0;
+  double compute_since_push_s = 0;  // compute behind the next push
   uint32_t batch_size = static_cast<uint32_t>(config.train.batch_size);
   uint32_t push_freq = 1;
 
   const auto push_accumulated = [&]() -> absl::Status {
     if (accumulated.batches() == 0) return absl::OkStatus();
     accumulated.Finish();
-    const absl::Status s =
-        worker.Push(accumulated.keys(), accumulated.rows(),
-                    accumulated.dense(), accumulated.samples());
+    const absl::Status s = worker.Push(
+        accumulated.keys(), accumulated.rows(), accumulated.dense(),
+        accumulated.samples(), **codec, compute_since_push_s);
+    compute_since_push_s = 0;
     accumulated.Clear();
     ++report.pushes;
     return s;
@@ -417,12 +433,15 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
       const auto compute_began = Clock::now();
       const double loss = worker.Compute(step);
       device.Pace(*n, compute_began);
+      compute_since_push_s += SecondsSince(compute_began);
       if (push_freq == 1) {
         if (auto s = worker.Push(step.unique.keys(), step.row_grads,
-                                 step.dense_grad, static_cast<uint32_t>(*n));
+                                 step.dense_grad, static_cast<uint32_t>(*n),
+                                 **codec, compute_since_push_s);
             !s.ok()) {
           return s;
         }
+        compute_since_push_s = 0;
         ++report.pushes;
       } else {
         accumulated.Add(step.unique.keys(), step.row_grads, (*model)->row_dim(),
@@ -441,6 +460,14 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
       report.samples += *n;
       recent_loss.push_back(loss / *n);
       if (recent_loss.size() > 50) recent_loss.pop_front();
+      if (report.steps % kLossCurveEvery == 0) {
+        report.loss_curve.emplace_back(report.steps, mean_recent());
+        if (auto warning =
+                (*codec)->CheckConvergence(report.steps, mean_recent())) {
+          spdlog::warn("{}", *warning);
+          report.warnings.push_back(*warning);
+        }
+      }
       const double seconds = std::max(SecondsSince(start), 1e-9);
       coordinator.ReportProgress(
           {.step = report.steps,
@@ -453,7 +480,11 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
            .compute_samples_per_s =
                recent_samples / std::max(recent_busy_s, 1e-9),
            .emulated = device.emulated(),
-           .memory_mb = device.memory_mb()});
+           .memory_mb = device.memory_mb(),
+           .raw_bytes = (*codec)->raw_bytes(),
+           .sent_bytes = (*codec)->sent_bytes(),
+           .codec = (*codec)->codec(),
+           .codec_reason = (*codec)->reason()});
       if (Clock::now() - last_log > std::chrono::seconds(2)) {
         last_log = Clock::now();
         spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s, busy {:.0f}%",
@@ -466,6 +497,9 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   report.train_s = SecondsSince(start);
   report.samples_per_s = report.samples / std::max(report.train_s, 1e-9);
   report.busy_fraction = busy_s / std::max(report.train_s, 1e-9);
+  report.raw_bytes = (*codec)->raw_bytes();
+  report.sent_bytes = (*codec)->sent_bytes();
+  report.sent_by_codec = (*codec)->sent_by_codec();
   report.last_loss = mean_recent();
   report.malformed_records += (*train)->stats().malformed;
 
@@ -501,6 +535,10 @@ std::string ReportToJson(const TrainReport& report) {
                       {"busy_fraction", report.busy_fraction},
                       {"emulated", report.emulated},
                       {"device", report.device},
+                      {"raw_bytes", report.raw_bytes},
+                      {"sent_bytes", report.sent_bytes},
+                      {"loss_curve", report.loss_curve},
+                      {"warnings", report.warnings},
                       {"samples", report.samples},
                       {"train_s", report.train_s},
                       {"samples_per_s", report.samples_per_s},
@@ -513,6 +551,10 @@ std::string ReportToJson(const TrainReport& report) {
                           {"at_s", e.at_s},
                           {"auc", e.auc},
                           {"logloss", e.logloss}});
+  }
+  j["sent_by_codec"] = nlohmann::json::object();
+  for (const auto& [codec, bytes] : report.sent_by_codec) {
+    j["sent_by_codec"][codec] = bytes;
   }
   return j.dump();
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +47,12 @@ struct TrainReport {
   double busy_fraction = 0;     // time outside pulls / train_s
   bool emulated = false;        // ran under a DeviceProfile
   std::string device;           // DeviceProfile::Describe()
+  uint64_t raw_bytes = 0;       // gradient payloads as fp32
+  uint64_t sent_bytes = 0;      // as sent (compress.codec)
+  std::vector<std::pair<std::string, uint64_t>> sent_by_codec;
+  // (step, mean loss of the last 50 batches) every 20 steps.
+  std::vector<std::pair<uint64_t, double>> loss_curve;
+  std::vector<std::string> warnings;  // e.g. over-compression
   // Rank 0 only: the held-out evaluations, the last one of the final model.
   std::vector<EvalPoint> evals;
   std::optional<double> test_auc;

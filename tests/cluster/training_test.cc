@@ -102,6 +102,74 @@ TEST(TrainingTest, DeepFmComesCloseToTheTeacherOnGeneratedCriteo) {
       << "no model beats the teacher by more than the test set's noise";
 }
 
+TEST(TrainingTest, Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc) {
+  // DeepFM on generated Criteo data, uncompressed and int8 + error feedback.
+  TempDir dir;
+  CriteoGenConfig gen;
+  gen.samples = 60000;
+  gen.vocab = 100;
+  const std::string data = dir.path() + "/criteo.tsv";
+  ASSERT_TRUE(GenerateCriteo(gen, data).ok());
+  const std::string config = testing::SourcePath("examples/criteo-synthetic.yaml");
+  const std::vector<std::string> common = {
+      absl::StrCat("train.data.path=", data), "train.epochs=1",
+      "mode=sync"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return extra;
+  };
+  const Launched fp32 = Launch(dir, config, with({"compress.codec=none"}));
+  ASSERT_EQ(fp32.result.exit_code, 0) << fp32.result.output;
+  const std::string reference = dir.path() + "/fp32.json";
+  {
+    std::ofstream out(reference);
+    out << fp32.summary.dump();
+  }
+  const Launched int8 = Launch(
+      dir, config,
+      with({"compress.codec=int8", "compress.error_feedback=true",
+            absl::StrCat("compress.reference_summary=", reference)}));
+  ASSERT_EQ(int8.result.exit_code, 0) << int8.result.output;
+  EXPECT_EQ(fp32.summary["compression_ratio"].get<double>(), 1.0);
+  EXPECT_EQ(fp32.summary["gradient_bytes_raw"], fp32.summary["gradient_bytes_sent"]);
+  // Same work, same raw bytes; int8 sends about a third (keys stay 8 bytes).
+  EXPECT_EQ(int8.summary["gradient_bytes_raw"], fp32.summary["gradient_bytes_raw"]);
+  EXPECT_GT(int8.summary["compression_ratio"].get<double>(), 2.5);
+  EXPECT_GT(int8.summary["sent_by_codec"]["int8"].get<uint64_t>(), 0u);
+  EXPECT_NEAR(int8.summary["test_auc"].get<double>(),
+              fp32.summary["test_auc"].get<double>(), 0.005);
+  EXPECT_TRUE(int8.summary["warnings"].empty()) << int8.summary["warnings"];
+}
+
+TEST(TrainingTest, OverCompressionIsFlagged) {
+  // Top 1% of rows without error feedback against an fp32 reference: the
+  // loss falls far slower, and the worker says so.
+  TempDir dir;
+  CriteoGenConfig gen;
+  gen.samples = 60000;
+  gen.vocab = 100;
+  const std::string data = dir.path() + "/criteo.tsv";
+  ASSERT_TRUE(GenerateCriteo(gen, data).ok());
+  const std::string config = testing::SourcePath("examples/criteo-synthetic.yaml");
+  // Small batches: enough steps for the check (every 20 steps from 100).
+  const std::vector<std::string> common = {absl::StrCat("train.data.path=", data),
+                                           "train.epochs=1", "mode=sync",
+                                           "train.batch_size=32"};
+  const Launched fp32 = Launch(dir, config, common);
+  ASSERT_EQ(fp32.result.exit_code, 0) << fp32.result.output;
+  const std::string reference = dir.path() + "/fp32.json";
+  std::ofstream(reference) << fp32.summary.dump();
+  std::vector<std::string> sets = common;
+  sets.push_back("compress.codec=sparse+int8");
+  sets.push_back("compress.keep_fraction=0.01");
+  sets.push_back("compress.error_feedback=false");
+  sets.push_back(absl::StrCat("compress.reference_summary=", reference));
+  const Launched harsh = Launch(dir, config, sets);
+  ASSERT_EQ(harsh.result.exit_code, 0) << harsh.result.output;
+  EXPECT_THAT(harsh.result.output, HasSubstr("over-compression: loss"));
+  ASSERT_FALSE(harsh.summary["warnings"].empty());
+}
+
 std::string CriteoJob(const std::string& path) {
   return absl::StrCat(
       "name: criteo\nmode: sync\ncluster: {servers: 1, workers: 2}\n"

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <limits>
 
 #include "common/bytes.h"
 #include "common/channel.h"
+#include "compress/codec.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/version.h"
 #include "server/server_node.h"
@@ -189,6 +192,92 @@ TEST_F(PsServerTest, KeyCountValueLengthMismatchIsInvalidArgument) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("holds 3 values [0, 3), push has 2"));
   ExpectUnchangedAndServing();
+}
+
+// An encoded push: the rows of `keys` (all `value`) with `kind`, and the
+// dense slice (0.5, 0, -0.5).
+rpc::PushRequest EncodedPush(uint64_t clock, CodecKind kind,
+                             const std::vector<uint64_t>& keys, float value) {
+  rpc::PushRequest req;
+  req.set_protocol_version(kProtocolVersion);
+  req.set_worker_id(0);
+  req.set_clock(clock);
+  req.set_batch_size(1);
+  const CodecSpec spec{.kind = kind};
+  rpc::TableGradient* g = req.add_gradients();
+  g->set_table("emb");
+  g->set_dim(4);
+  g->set_codec(static_cast<uint32_t>(kind));
+  std::vector<float> rows(keys.size() * 4, value);
+  EncodeRows(spec, 4, keys, rows, g->mutable_values());
+  rpc::TableGradient* d = req.add_gradients();
+  d->set_table("dense");
+  d->set_codec(static_cast<uint32_t>(kind));
+  const std::vector<float> dense = {0.5f, 0.0f, -0.5f};
+  EncodeDense(spec, dense, d->mutable_values());
+  return req;
+}
+
+TEST_F(PsServerTest, EncodedPushesAreDecodedAndApplied) {
+  for (CodecKind kind : {CodecKind::kFp16, CodecKind::kInt8,
+                         CodecKind::kSparseInt8}) {
+    SCOPED_TRACE(CodecName(kind));
+    ASSERT_TRUE(Push(EncodedPush(clock_++, kind, {5, 6}, 1.0f)).ok());
+  }
+  // Three pushes of 1.0 (exact in every codec) at sgd lr 0.5.
+  EXPECT_EQ(Row(5), (std::vector<float>{-1.5f, -1.5f, -1.5f, -1.5f}));
+  EXPECT_EQ(Row(6), (std::vector<float>{-1.5f, -1.5f, -1.5f, -1.5f}));
+  std::vector<float> dense(3);
+  node_->ps().dense_table("dense")->Pull(dense);
+  EXPECT_EQ(dense, (std::vector<float>{-0.75f, 0.0f, 0.75f}));
+}
+
+TEST_F(PsServerTest, CorruptEncodedPushesAreRefusedWhole) {
+  ApplyOneGoodPush();
+  const rpc::PushRequest good = EncodedPush(clock_, CodecKind::kInt8, {2, 3}, 1);
+  struct Case {
+    const char* what;
+    std::function<void(rpc::PushRequest&)> corrupt;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"truncated rows",
+       [](rpc::PushRequest& r) {
+         std::string* v = r.mutable_gradients(0)->mutable_values();
+         v->resize(v->size() - 1);
+       },
+       "table 'emb': codec 2 payload"},
+      {"truncated dense",
+       [](rpc::PushRequest& r) {
+         std::string* v = r.mutable_gradients(1)->mutable_values();
+         v->resize(v->size() - 3);
+       },
+       "table 'dense': codec 2 payload"},
+      {"bad magic",
+       [](rpc::PushRequest& r) { (*r.mutable_gradients(0)->mutable_values())[0] = 0; },
+       "table 'emb': codec 2 payload"},
+      {"keys beside a payload",
+       [](rpc::PushRequest& r) {
+         AssignBytes<uint64_t>(r.mutable_gradients(0)->mutable_keys(),
+                               std::vector<uint64_t>{2});
+       },
+       "carries its keys in its payload"},
+      {"raw bytes called int8",
+       [](rpc::PushRequest& r) {
+         std::vector<float> raw(8, 1.0f);
+         AssignBytes<float>(r.mutable_gradients(0)->mutable_values(), raw);
+       },
+       "table 'emb': codec 2 payload"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    rpc::PushRequest req = good;
+    c.corrupt(req);
+    const grpc::Status s = Push(req);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message));
+    ExpectUnchangedAndServing();
+  }
 }
 
 TEST_F(PsServerTest, ProtocolMismatchIsRefusedAtRegisterAndOnRequests) {
