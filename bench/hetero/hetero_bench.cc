@@ -15,38 +15,30 @@
 // modes; time_to_target_s is the first evaluation at or above it.
 // Prints (and writes to --out) one JSON document; --svg draws AUC over time
 // per mode, one panel per scenario.
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "launch_runner.h"
 #include "nlohmann/json.hpp"
-
-extern char** environ;
 
 namespace {
 
-using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using hetps::bench::Curve;
+using hetps::bench::Json;
+using hetps::bench::Launch;
+using hetps::bench::RunResult;
+using hetps::bench::TimeToTarget;
 
 struct Mode {
   std::string name;
@@ -89,100 +81,6 @@ std::string Profiles(const Options& o, bool slowdown) {
                      o.slow_from_s, o.slow_to_s)
                : "",
       fast, slow);
-}
-
-// The pid of `hetps worker --config <config> --rank <rank>`, from /proc.
-std::optional<pid_t> FindWorker(const std::string& config, int rank) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), {});
-    std::vector<std::string> argv = absl::StrSplit(cmdline, '\0');
-    for (size_t i = 0; i + 4 < argv.size(); ++i) {
-      if (argv[i] == "worker" && argv[i + 1] == "--config" &&
-          argv[i + 2] == config && argv[i + 3] == "--rank" &&
-          argv[i + 4] == std::to_string(rank)) {
-        return static_cast<pid_t>(std::stol(name));
-      }
-    }
-  }
-  return std::nullopt;
-}
-
-struct RunResult {
-  Json summary;
-  int exit_code = -1;
-  double killed_at_s = -1;
-};
-
-RunResult Launch(const Options& o, const std::string& config,
-                 const std::vector<std::string>& sets,
-                 std::optional<int> kill_rank, const std::string& log) {
-  const std::string summary_path = log + ".summary.json";
-  std::filesystem::remove(summary_path);
-  std::vector<std::string> args = {o.hetps, "launch", config, "--no-status",
-                                   "--summary-json", summary_path};
-  for (const std::string& s : sets) {
-    args.push_back("--set");
-    args.push_back(s);
-  }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
-  RunResult result;
-  const auto start = Clock::now();
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) {
-    std::cerr << "cannot start " << o.hetps << "\n";
-    return result;
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  bool killed = !kill_rank.has_value();
-  int status = 0;
-  while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    const double t = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!killed && t >= o.kill_at_s) {
-      if (auto victim = FindWorker(config, *kill_rank)) {
-        kill(*victim, SIGKILL);
-        result.killed_at_s = t;
-        std::cerr << absl::StrFormat("  killed worker %d (pid %d) at %.1f s\n",
-                                     *kill_rank, *victim, t);
-      }
-      killed = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  std::ifstream in(summary_path);
-  if (in) result.summary = Json::parse(in, nullptr, false);
-  return result;
-}
-
-// (seconds, AUC) of the periodic and final evaluations, in time order.
-std::vector<std::pair<double, double>> Curve(const Json& summary) {
-  std::vector<std::pair<double, double>> out;
-  if (!summary.contains("evals")) return out;
-  for (const Json& e : summary["evals"]) {
-    out.emplace_back(e["at_s"].get<double>(), e["auc"].get<double>());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// The first time a [seconds, AUC] curve reaches `target`.
-std::optional<double> TimeToTarget(const Json& curve, double target) {
-  for (const Json& pt : curve) {
-    if (pt[1].get<double>() >= target) return pt[0].get<double>();
-  }
-  return std::nullopt;
 }
 
 const char* kColors[] = {"#d62728", "#ff7f0e", "#2ca02c", "#1f77b4"};
@@ -323,7 +221,8 @@ int main(int argc, char** argv) {
       sets.insert(sets.end(), o.extra_sets.begin(), o.extra_sets.end());
       std::cerr << absl::StrFormat("%s / %s ...\n", scenario, mode_name);
       const std::string log = absl::StrCat(work, "/", scenario, "-", mode_name, ".log");
-      RunResult run = Launch(o, config, sets, kill_rank, log);
+      RunResult run =
+          Launch(o.hetps, config, sets, log, kill_rank, o.kill_at_s);
       Json r = {{"exit_code", run.exit_code}, {"log", log}};
       if (run.killed_at_s >= 0) r["killed_at_s"] = run.killed_at_s;
       const Json& s = run.summary;
@@ -337,9 +236,7 @@ int main(int argc, char** argv) {
           busy[std::to_string(w["rank"].get<int>())] = w["busy_fraction"];
         }
         r["busy_fraction"] = busy;
-        Json curve = Json::array();
-        for (const auto& [t, auc] : Curve(s)) curve.push_back({t, auc});
-        r["curve"] = curve;
+        r["curve"] = Curve(s);
       }
       std::cerr << "  " << r.dump() << "\n";
       sc["modes"][mode_name] = r;
