@@ -66,8 +66,8 @@ inline RunResult Launch(const std::string& hetps, const std::string& config,
   using Clock = std::chrono::steady_clock;
   const std::string summary_path = log + ".summary.json";
   std::filesystem::remove(summary_path);
-  std::vector<std::string> args = {hetps, "launch", config, "--no-status",
-                                   "--summary-json", summary_path};
+  std::vector<std::string> args = {
+      hetps, "launch", config, "--no-status", "--summary-json", summary_path};
   for (const std::string& s : sets) {
     args.push_back("--set");
     args.push_back(s);
@@ -95,7 +95,8 @@ inline RunResult Launch(const std::string& hetps, const std::string& config,
   while (true) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
-    const double t = std::chrono::duration<double>(Clock::now() - start).count();
+    const double t =
+        std::chrono::duration<double>(Clock::now() - start).count();
     if (!killed && t >= kill_at_s) {
       if (auto victim = FindWorker(config, *kill_rank)) {
         kill(*victim, SIGKILL);

@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
       for (const char* codec : {"none", "fp16", "int8", "sparse+int8"}) {
         for (bool feedback : {true, false}) {
           if (std::string(codec) == "none" && !feedback) continue;
-          const std::string name = absl::StrCat(
-              codec, feedback ? "" : " (no error feedback)");
+          const std::string name =
+              absl::StrCat(codec, feedback ? "" : " (no error feedback)");
           std::vector<std::string> sets = {
               absl::StrCat("compress.codec=", codec),
               absl::StrCat("compress.error_feedback=",
@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
           if (std::string(codec) == "sparse+int8") {
             sets.push_back("compress.keep_fraction=0.25");
           }
-          sc[name] = run(absl::StrCat("codecs-", codec, feedback ? "-ef" : ""),
-                         sets);
+          sc[name] =
+              run(absl::StrCat("codecs-", codec, feedback ? "-ef" : ""), sets);
         }
       }
     } else if (scenario == "slow_link") {

@@ -58,8 +58,8 @@ struct Options {
   std::string out;
   std::string svg;
   std::vector<std::string> scenarios = {"reference", "slowdown", "kill"};
-  std::vector<std::string> modes = {"sync_equal", "sync_proportional",
-                                    "async", "semi_async"};
+  std::vector<std::string> modes = {"sync_equal", "sync_proportional", "async",
+                                    "semi_async"};
   double speed_scale = 1.0;
   double kill_at_s = 10;
   double slow_from_s = 8;
@@ -190,9 +190,8 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(work);
   // A private copy of the config: the kill scenario finds its victim by
   // this path, and relative data paths must keep resolving.
-  const std::string config =
-      std::filesystem::absolute(o.config).parent_path() /
-      absl::StrCat(".hetero-bench-", getpid(), ".yaml");
+  const std::string config = std::filesystem::absolute(o.config).parent_path() /
+                             absl::StrCat(".hetero-bench-", getpid(), ".yaml");
   std::filesystem::copy_file(o.config, config,
                              std::filesystem::copy_options::overwrite_existing);
 
@@ -204,8 +203,9 @@ int main(int argc, char** argv) {
     Json& sc = results["scenarios"][scenario];
     sc["modes"] = Json::object();
     for (const std::string& mode_name : o.modes) {
-      auto mode = std::find_if(kModes.begin(), kModes.end(),
-                               [&](const Mode& m) { return m.name == mode_name; });
+      auto mode =
+          std::find_if(kModes.begin(), kModes.end(),
+                       [&](const Mode& m) { return m.name == mode_name; });
       if (mode == kModes.end()) {
         std::cerr << "unknown mode " << mode_name << "\n";
         return 2;
@@ -220,7 +220,8 @@ int main(int argc, char** argv) {
       }
       sets.insert(sets.end(), o.extra_sets.begin(), o.extra_sets.end());
       std::cerr << absl::StrFormat("%s / %s ...\n", scenario, mode_name);
-      const std::string log = absl::StrCat(work, "/", scenario, "-", mode_name, ".log");
+      const std::string log =
+          absl::StrCat(work, "/", scenario, "-", mode_name, ".log");
       RunResult run =
           Launch(o.hetps, config, sets, log, kill_rank, o.kill_at_s);
       Json r = {{"exit_code", run.exit_code}, {"log", log}};

@@ -107,8 +107,8 @@ struct DataConfig {
   // data than a slow one and nobody idles at the end of an epoch
   // (0 = 16 per worker).
   int chunks = 0;
-  bool movielens_tags = false;     // movielens: tags as a fourth slot
-  int libfm_slots = 0;             // libfm ("label slot:index:value"): slots
+  bool movielens_tags = false;  // movielens: tags as a fourth slot
+  int libfm_slots = 0;          // libfm ("label slot:index:value"): slots
   // synthetic: an in-memory LR teacher, no file needed.
   uint64_t train_samples = 40000;
   uint64_t test_samples = 5000;
@@ -159,8 +159,9 @@ struct DeviceProfileConfig {
 struct CompressConfig {
   // none | fp16 | int8 | sparse | sparse+fp16 | sparse+int8 | adaptive
   std::string codec = "none";
-  double keep_fraction = 0;  // sparse kinds: share kept by magnitude (0 = non-zeros)
-  uint32_t int8_block = 0;   // int8 kinds: values per scale (0 = per row / 256)
+  double keep_fraction =
+      0;  // sparse kinds: share kept by magnitude (0 = non-zeros)
+  uint32_t int8_block = 0;  // int8 kinds: values per scale (0 = per row / 256)
   // Keep each lossy encode's residual and add it to the next gradient.
   bool error_feedback = true;
   // adaptive: the transfer of a push may take at most this share of the

@@ -254,7 +254,8 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     summary["sent_by_codec"] = sent_by_codec;
     summary["compression_ratio"] =
         sent_bytes > 0 ? static_cast<double>(raw_bytes) / sent_bytes : 1.0;
-    summary["loss_curve"] = reports[0].value("loss_curve", nlohmann::json::array());
+    summary["loss_curve"] =
+        reports[0].value("loss_curve", nlohmann::json::array());
     summary["warnings"] = reports[0].value("warnings", nlohmann::json::array());
     summary["failed_workers"] = failed_workers;
     summary["emulated"] = !config.device_profiles.empty();

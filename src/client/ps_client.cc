@@ -383,11 +383,10 @@ absl::Status PsClient::PullDense(const std::string& table,
 absl::Status PsClient::Push(std::span<const TableGrad> grads,
                             uint32_t batch_size, KeySet key_set,
                             PushEncoding* encoding) {
-  const CodecSpec* spec =
-      encoding != nullptr && encoding->spec != nullptr &&
-              encoding->spec->kind != CodecKind::kNone
-          ? encoding->spec
-          : nullptr;
+  const CodecSpec* spec = encoding != nullptr && encoding->spec != nullptr &&
+                                  encoding->spec->kind != CodecKind::kNone
+                              ? encoding->spec
+                              : nullptr;
   ErrorFeedback* feedback = spec != nullptr ? encoding->feedback : nullptr;
   uint64_t raw_bytes = 0;
   uint64_t sent_bytes = 0;
@@ -427,8 +426,9 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
           AssignBytes<float>(g->mutable_values(), slice);
         } else if (feedback != nullptr) {
           // Each server holds its own slice: one residual per slice.
-          if (auto st = feedback->EncodeDense(absl::StrCat(grad.table, "@", s),
-                                              *spec, slice, g->mutable_values());
+          if (auto st =
+                  feedback->EncodeDense(absl::StrCat(grad.table, "@", s), *spec,
+                                        slice, g->mutable_values());
               !st.ok()) {
             return st;
           }
@@ -482,7 +482,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         std::string payload;
         const uint32_t d = static_cast<uint32_t>(dim);
         if (feedback != nullptr) {
-          if (auto st = feedback->EncodeRows(grad.table, *spec, d, k, v, &payload);
+          if (auto st =
+                  feedback->EncodeRows(grad.table, *spec, d, k, v, &payload);
               !st.ok()) {
             return st;
           }

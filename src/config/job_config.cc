@@ -300,7 +300,8 @@ absl::Status Decode(const YAML::Node& node, const std::string& path,
 
 absl::Status Decode(const YAML::Node& node, const std::string& path,
                     const DecodeContext&, bool& out) {
-  if (node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false")) {
+  if (node.IsScalar() &&
+      (node.Scalar() == "true" || node.Scalar() == "false")) {
     out = node.Scalar() == "true";
     return absl::OkStatus();
   }
@@ -674,7 +675,8 @@ absl::Status ValidateTrain(const TrainConfig& train) {
       CheckAtLeast("train.eval_every_epochs", train.eval_every_epochs, 1));
   CONFIG_RETURN_IF_ERROR(
       CheckNonNegative("train.eval_every_s", train.eval_every_s));
-  CONFIG_RETURN_IF_ERROR(CheckAtLeast("train.data.chunks", train.data.chunks, 0));
+  CONFIG_RETURN_IF_ERROR(
+      CheckAtLeast("train.data.chunks", train.data.chunks, 0));
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("train.model", "model", train.model, kModels));
   CONFIG_RETURN_IF_ERROR(CheckOneOf("train.data.format", "format",
@@ -705,9 +707,8 @@ absl::Status ValidateTrain(const TrainConfig& train) {
 }
 
 constexpr absl::string_view kBatchPlans[] = {"fixed", "proportional", "auto"};
-constexpr absl::string_view kCodecs[] = {"none",   "fp16",        "int8",
-                                         "sparse", "sparse+fp16", "sparse+int8",
-                                         "adaptive"};
+constexpr absl::string_view kCodecs[] = {
+    "none", "fp16", "int8", "sparse", "sparse+fp16", "sparse+int8", "adaptive"};
 
 absl::Status ValidateHeterogeneity(const JobConfig& config) {
   const SemiAsyncConfig& sa = config.semi_async;
@@ -732,7 +733,8 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
     return Invalid("compress.max_transfer_fraction: must be in (0, 1], got ",
                    cc.max_transfer_fraction);
   }
-  if (!(cc.overcompression_ratio > 1 && std::isfinite(cc.overcompression_ratio))) {
+  if (!(cc.overcompression_ratio > 1 &&
+        std::isfinite(cc.overcompression_ratio))) {
     return Invalid("compress.overcompression_ratio: must be > 1, got ",
                    cc.overcompression_ratio);
   }
@@ -747,8 +749,9 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
     if (p.ranks.empty()) return Invalid(path, ".ranks: must list workers");
     for (int r : p.ranks) {
       if (r < 0 || r >= config.num_workers()) {
-        return Invalid(path, ".ranks: worker ", r, " out of range (the job has ",
-                       config.num_workers(), " workers)");
+        return Invalid(path, ".ranks: worker ", r,
+                       " out of range (the job has ", config.num_workers(),
+                       " workers)");
       }
       if (group_of[r] >= 0) {
         return Invalid(path, ".ranks: worker ", r,
@@ -769,7 +772,8 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
     for (size_t i = 0; i < p.slowdowns.size(); ++i) {
       const std::string sp = IndexPath(JoinPath(path, "slowdowns"), i);
       const SlowdownConfig& d = p.slowdowns[i];
-      CONFIG_RETURN_IF_ERROR(CheckNonNegative(JoinPath(sp, "from_s"), d.from_s));
+      CONFIG_RETURN_IF_ERROR(
+          CheckNonNegative(JoinPath(sp, "from_s"), d.from_s));
       if (!(d.to_s > d.from_s)) {
         return Invalid(sp, ".to_s: must be > from_s (", d.from_s, "), got ",
                        d.to_s);

@@ -32,8 +32,9 @@ absl::StatusOr<uint64_t> BytesPerSample(const JobConfig& config) {
 
 uint32_t MemoryCapBatch(double memory_mb, uint64_t bytes_per_sample) {
   if (memory_mb <= 0) return std::numeric_limits<uint32_t>::max();
-  const double cap = memory_mb * 1024 * 1024 /
-                     static_cast<double>(std::max<uint64_t>(1, bytes_per_sample));
+  const double cap =
+      memory_mb * 1024 * 1024 /
+      static_cast<double>(std::max<uint64_t>(1, bytes_per_sample));
   return static_cast<uint32_t>(
       std::clamp(std::floor(cap), 0.0,
                  static_cast<double>(std::numeric_limits<uint32_t>::max())));
@@ -88,8 +89,8 @@ bool BatchPlanner::Update(const std::vector<WorkerCapability>& workers) {
       why = "train.batch_size until every throughput is measured";
     }
     const uint32_t cap = MemoryCapBatch(w.memory_mb, bytes_per_sample_);
-    p.batch_size = static_cast<uint32_t>(
-        std::clamp(desired, 1.0, static_cast<double>(std::max<uint32_t>(cap, 1))));
+    p.batch_size = static_cast<uint32_t>(std::clamp(
+        desired, 1.0, static_cast<double>(std::max<uint32_t>(cap, 1))));
     p.push_freq = static_cast<uint32_t>(std::ceil(desired / p.batch_size));
     if (p.batch_size < desired) {
       why += absl::StrFormat(

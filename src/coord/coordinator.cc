@@ -264,9 +264,9 @@ void Coordinator::Replan() {
     caps[r].throughput = w.compute_samples_per_s > 0 ? w.compute_samples_per_s
                          : profile != nullptr        ? profile->throughput
                                                      : 0;
-    caps[r].memory_mb = w.memory_mb > 0         ? w.memory_mb
-                        : profile != nullptr    ? profile->memory_mb
-                                                : 0;
+    caps[r].memory_mb = w.memory_mb > 0      ? w.memory_mb
+                        : profile != nullptr ? profile->memory_mb
+                                             : 0;
   }
   if (!planner_.Update(caps)) return;
   for (uint32_t r = 0; r < workers_.size(); ++r) {
@@ -334,7 +334,8 @@ void Coordinator::Control() {
         .ssp_waits = total.ssp_waits - last_signals_.ssp_waits,
         .ssp_wait_s = total.ssp_wait_s - last_signals_.ssp_wait_s,
         .applies = total.applies - last_signals_.applies,
-        .applies_by_time = total.applies_by_time - last_signals_.applies_by_time};
+        .applies_by_time =
+            total.applies_by_time - last_signals_.applies_by_time};
     // A restarted server's counters start again from zero.
     if (total.pushes < last_signals_.pushes) period_signals = total;
     last_signals_ = total;
@@ -351,10 +352,10 @@ void Coordinator::Control() {
     }
     std::optional<WindowChange> change = window_.Adjust(period_signals);
     if (!change) continue;
-    const std::string line = absl::StrFormat(
-        "%.1f s: window %d -> %d, %s",
-        absl::ToDoubleSeconds(absl::Now() - started_), change->from, change->to,
-        change->reason);
+    const std::string line =
+        absl::StrFormat("%.1f s: window %d -> %d, %s",
+                        absl::ToDoubleSeconds(absl::Now() - started_),
+                        change->from, change->to, change->reason);
     spdlog::info("{}", line);
     window_changes_.push_back(line);
     if (window_changes_.size() > 50) {

@@ -39,10 +39,9 @@ std::vector<double> ProfiledThroughputs(const JobConfig& config) {
 uint32_t InitialWindow(const JobConfig& config,
                        const std::vector<double>& throughputs) {
   if (config.window > 0) return Clamp(config.semi_async, config.window);
-  const bool known =
-      !throughputs.empty() &&
-      std::all_of(throughputs.begin(), throughputs.end(),
-                  [](double t) { return t > 0; });
+  const bool known = !throughputs.empty() &&
+                     std::all_of(throughputs.begin(), throughputs.end(),
+                                 [](double t) { return t > 0; });
   if (!known) return Clamp(config.semi_async, 2.0 * config.num_workers());
   double sum = 0;
   double slowest = throughputs.front();

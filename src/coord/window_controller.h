@@ -40,8 +40,8 @@ struct WindowSignals {
   uint64_t pushes_into_empty = 0;
   uint64_t pulls = 0;
   uint64_t ssp_waits = 0;
-  double ssp_wait_s = 0;   // time pulls spent held by the bound
-  double worker_s = 0;     // period length × live workers
+  double ssp_wait_s = 0;  // time pulls spent held by the bound
+  double worker_s = 0;    // period length × live workers
   uint64_t applies = 0;
   uint64_t applies_by_time = 0;
 };

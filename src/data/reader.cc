@@ -37,6 +37,14 @@ constexpr size_t kInitialBuffer = 1 << 20;
 // would otherwise be buffered whole while looking for a newline).
 constexpr size_t kMaxLineBytes = size_t{64} << 20;
 
+absl::Status CheckShard(uint32_t shard, uint32_t num_shards) {
+  if (num_shards == 0 || shard >= num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reader shard ", shard, " of ", num_shards, ": need shard < shards"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSplitSettings(const DataConfig& config, uint32_t shard,
                                 uint32_t num_shards) {
   if (!(config.test_fraction >= 0 && config.test_fraction <= 1)) {
@@ -48,11 +56,7 @@ absl::Status CheckSplitSettings(const DataConfig& config, uint32_t shard,
         absl::StrCat("data.max_bad_fraction: must be in [0, 1], got ",
                      config.max_bad_fraction));
   }
-  if (num_shards == 0 || shard >= num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reader shard ", shard, " of ", num_shards, ": need shard < shards"));
-  }
-  return absl::OkStatus();
+  return CheckShard(shard, num_shards);
 }
 
 // The split rule of data/reader.h: a pure function of (seed, record number).
@@ -219,10 +223,7 @@ class LineReader final : public Reader {
   }
 
   absl::Status Seek(uint32_t shard, uint32_t num_shards, uint32_t) override {
-    if (num_shards == 0 || shard >= num_shards) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "reader shard ", shard, " of ", num_shards, ": need shard < shards"));
-    }
+    if (absl::Status s = CheckShard(shard, num_shards); !s.ok()) return s;
     shard_ = shard;
     num_shards_ = num_shards;
     return Rewind();
@@ -403,10 +404,7 @@ class SyntheticReader final : public Reader {
   }
 
   absl::Status Seek(uint32_t shard, uint32_t num_shards, uint32_t) override {
-    if (num_shards == 0 || shard >= num_shards) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "reader shard ", shard, " of ", num_shards, ": need shard < shards"));
-    }
+    if (absl::Status s = CheckShard(shard, num_shards); !s.ok()) return s;
     shard_ = shard;
     num_shards_ = num_shards;
     return Rewind();
@@ -491,9 +489,10 @@ class ShuffleReader final : public Reader {
   uint32_t epoch_ = 0;
 };
 
-absl::StatusOr<std::unique_ptr<Reader>> OpenUnshuffled(
-    const DataConfig& config, Split split, uint32_t shard,
-    uint32_t num_shards);
+absl::StatusOr<std::unique_ptr<Reader>> OpenUnshuffled(const DataConfig& config,
+                                                       Split split,
+                                                       uint32_t shard,
+                                                       uint32_t num_shards);
 
 }  // namespace
 
@@ -592,20 +591,21 @@ absl::StatusOr<std::unique_ptr<Reader>> OpenReader(const DataConfig& config,
     return reader;
   }
   if (config.shuffle_buffer > (uint64_t{1} << 32) - 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.shuffle_buffer: at most 2^32-1 samples, got ",
-        config.shuffle_buffer));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.shuffle_buffer: at most 2^32-1 samples, got ",
+                     config.shuffle_buffer));
   }
-  return std::make_unique<ShuffleReader>(
-      *std::move(reader), config.shuffle_buffer, config.split_seed, shard,
-      num_shards);
+  return std::make_unique<ShuffleReader>(*std::move(reader),
+                                         config.shuffle_buffer,
+                                         config.split_seed, shard, num_shards);
 }
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<Reader>> OpenUnshuffled(
-    const DataConfig& config, Split split, uint32_t shard,
-    uint32_t num_shards) {
+absl::StatusOr<std::unique_ptr<Reader>> OpenUnshuffled(const DataConfig& config,
+                                                       Split split,
+                                                       uint32_t shard,
+                                                       uint32_t num_shards) {
   // Also rejects unknown formats and bad slot counts.
   if (absl::StatusOr<DataShape> shape = ShapeOf(config); !shape.ok()) {
     return shape.status();

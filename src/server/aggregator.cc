@@ -179,16 +179,15 @@ class SyncAggregator final : public Aggregator {
       if (rounds_seen_.contains({push.clock, push.worker_id})) {
         return absl::OkStatus();  // retry of a push already applied
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "push of worker ", push.worker_id, " for round ", push.clock,
-          " arrived after that round was applied (", applied_,
-          " rounds applied)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("push of worker ", push.worker_id, " for round ",
+                       push.clock, " arrived after that round was applied (",
+                       applied_, " rounds applied)"));
     }
     if (!live_.Contains(push.worker_id)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("worker ", push.worker_id,
-                       " is not in the live set (membership epoch ",
-                       live_.epoch(), ")"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", push.worker_id,
+          " is not in the live set (membership epoch ", live_.epoch(), ")"));
     }
     Round& round = rounds_[push.clock];
     if (!round.contributors.insert(push.worker_id).second) {
@@ -212,10 +211,10 @@ class SyncAggregator final : public Aggregator {
         return absl::CancelledError("pull cancelled by the caller");
       }
       if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "pull of worker ", worker_id, " at clock ", clock,
-            ": round ", applied_, " still waits for workers [",
-            absl::StrJoin(MissingWorkers(), ","), "]"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("pull of worker ", worker_id, " at clock ", clock,
+                         ": round ", applied_, " still waits for workers [",
+                         absl::StrJoin(MissingWorkers(), ","), "]"));
       }
       // Wake up periodically to notice cancellation and the deadline.
       round_closed_.wait_for(lock, std::chrono::milliseconds(50));
@@ -240,7 +239,8 @@ class SyncAggregator final : public Aggregator {
     stats.pushes = pushes_;
     stats.applies = stats.applies_by_all = applied_;
     stats.pulls = pulls_;
-    stats.queue_length = rounds_.empty() ? 0 : rounds_.begin()->second.contributors.size();
+    stats.queue_length =
+        rounds_.empty() ? 0 : rounds_.begin()->second.contributors.size();
     live_.FillClocks(&stats);
     return stats;
   }
@@ -291,10 +291,10 @@ class SyncAggregator final : public Aggregator {
 
   mutable std::mutex mu_;
   std::condition_variable round_closed_;
-  LiveSet live_;                          // guarded by mu_
-  uint64_t applied_ = 0;                  // guarded by mu_
-  uint64_t pushes_ = 0, pulls_ = 0;       // guarded by mu_
-  std::map<uint64_t, Round> rounds_;      // clock → pending round; mu_
+  LiveSet live_;                      // guarded by mu_
+  uint64_t applied_ = 0;              // guarded by mu_
+  uint64_t pushes_ = 0, pulls_ = 0;   // guarded by mu_
+  std::map<uint64_t, Round> rounds_;  // clock → pending round; mu_
   // (round, worker) of pushes taken, kept one round back for retries; mu_
   std::set<std::pair<uint64_t, uint32_t>> rounds_seen_;
 };
@@ -364,10 +364,10 @@ class SemiAsyncAggregator final : public Aggregator {
       }
       if (absl::Now() >= deadline) {
         stats_.ssp_wait_s += absl::ToDoubleSeconds(options_.now() - start);
-        return absl::DeadlineExceededError(absl::StrCat(
-            "pull of worker ", worker_id, " at clock ", clock,
-            " waits for the slowest live worker (clock ", slowest,
-            ", window ", window_, ")"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("pull of worker ", worker_id, " at clock ", clock,
+                         " waits for the slowest live worker (clock ", slowest,
+                         ", window ", window_, ")"));
       }
       advanced_.wait_for(lock, std::chrono::milliseconds(20));
     }
@@ -430,9 +430,8 @@ class SemiAsyncAggregator final : public Aggregator {
   // request; when no worker is live the queue applies at once anyway.
   // REQUIRES: mu_ held.
   void FlushIfOld() {
-    if (queued_ > 0 &&
-        options_.now() - oldest_ >=
-            absl::Seconds(options_.config.flush_after_s)) {
+    if (queued_ > 0 && options_.now() - oldest_ >=
+                           absl::Seconds(options_.config.flush_after_s)) {
       ++stats_.applies_by_time;
       ApplyQueue();
       advanced_.notify_all();

@@ -71,9 +71,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
   SemiAsyncOptions semi_async;
   semi_async.config = config.semi_async;
   semi_async.window = InitialWindow(config, ProfiledThroughputs(config));
-  auto aggregator =
-      Aggregator::Create(config.mode, static_cast<uint32_t>(config.num_workers()),
-                         std::move(semi_async));
+  auto aggregator = Aggregator::Create(
+      config.mode, static_cast<uint32_t>(config.num_workers()),
+      std::move(semi_async));
   if (!aggregator.ok()) return aggregator.status();
   std::unique_ptr<PsServer> server(new PsServer(
       config, rank, ShardMap::Uniform(servers, config.server.num_buckets),
@@ -235,9 +235,10 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
     const rpc::TableGradient& grad = request.gradients(g);
     const bool encoded = grad.codec() != 0;
     if (encoded && !grad.keys().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table '", grad.table(), "': an encoded gradient carries its keys in "
-          "its payload, but the keys field is set"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", grad.table(),
+                       "': an encoded gradient carries its keys in "
+                       "its payload, but the keys field is set"));
     }
     if (!encoded && grad.values().size() % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
@@ -248,9 +249,9 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
     if (!encoded) values = ViewAs<float>(grad.values(), value_scratch[g]);
     // A decode failure names the table; nothing of the push is applied.
     auto refused = [&](const absl::Status& s) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table '", grad.table(), "': codec ", grad.codec(), " payload: ",
-          s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", grad.table(), "': codec ", grad.codec(),
+                       " payload: ", s.message()));
     };
     if (SparseTable* table = sparse_table(grad.table())) {
       if (grad.dim() != table->dim()) {
@@ -260,9 +261,10 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
       }
       std::span<const uint64_t> keys;
       if (encoded) {
-        if (auto s = DecodeRows(grad.values(), static_cast<uint32_t>(table->dim()),
-                                config_.server.max_keys_per_request,
-                                &key_scratch[g], &value_scratch[g]);
+        if (auto s =
+                DecodeRows(grad.values(), static_cast<uint32_t>(table->dim()),
+                           config_.server.max_keys_per_request, &key_scratch[g],
+                           &value_scratch[g]);
             !s.ok()) {
           return refused(s);
         }
@@ -391,11 +393,11 @@ grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
   }
   std::vector<uint32_t> live(request->live_workers().begin(),
                              request->live_workers().end());
-  spdlog::info("membership epoch {}: {} live workers{}", request->epoch(),
-               live.size(),
-               request->window() > 0 && config_.mode == ConsistencyMode::kSemiAsync
-                   ? absl::StrCat(", window ", request->window())
-                   : "");
+  spdlog::info(
+      "membership epoch {}: {} live workers{}", request->epoch(), live.size(),
+      request->window() > 0 && config_.mode == ConsistencyMode::kSemiAsync
+          ? absl::StrCat(", window ", request->window())
+          : "");
   aggregator_->UpdateMembership(request->epoch(), live);
   if (request->window() > 0) aggregator_->SetWindow(request->window());
   return grpc::Status::OK;

@@ -9,16 +9,16 @@
 namespace hetps {
 
 DeviceProfile::DeviceProfile(const DeviceProfileConfig* profile,
-                             uint64_t bytes_per_sample,
-                             Clock::time_point start)
+                             uint64_t bytes_per_sample, Clock::time_point start)
     : profile_(profile), bytes_per_sample_(bytes_per_sample), start_(start) {}
 
 std::string DeviceProfile::Describe() const {
   if (!profile_) return "real machine (not emulated)";
   std::string out = "emulated device:";
-  absl::StrAppend(&out, profile_->throughput > 0
-                            ? absl::StrFormat(" %.0f samples/s", profile_->throughput)
-                            : " full speed");
+  absl::StrAppend(&out,
+                  profile_->throughput > 0
+                      ? absl::StrFormat(" %.0f samples/s", profile_->throughput)
+                      : " full speed");
   if (profile_->memory_mb > 0) {
     absl::StrAppend(&out, absl::StrFormat(", %.0f MB", profile_->memory_mb));
   }
@@ -27,8 +27,9 @@ std::string DeviceProfile::Describe() const {
                     absl::StrFormat(", %.0f Mbit/s", profile_->bandwidth_mbps));
   }
   for (const SlowdownConfig& d : profile_->slowdowns) {
-    absl::StrAppend(&out, absl::StrFormat(", %.0f%% speed from %.0f s to %.0f s",
-                                          100 * d.factor, d.from_s, d.to_s));
+    absl::StrAppend(&out,
+                    absl::StrFormat(", %.0f%% speed from %.0f s to %.0f s",
+                                    100 * d.factor, d.from_s, d.to_s));
   }
   return out;
 }
@@ -58,18 +59,18 @@ void DeviceProfile::Pace(uint64_t samples, Clock::time_point began) const {
   if (!profile_ || profile_->throughput <= 0) return;
   const double seconds = static_cast<double>(samples) /
                          (profile_->throughput * SpeedFactor(began));
-  std::this_thread::sleep_until(
-      began + std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::duration<double>(seconds)));
+  std::this_thread::sleep_until(began +
+                                std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(seconds)));
 }
 
 void DeviceProfile::Throttle(uint64_t bytes, Clock::time_point began) const {
   if (!profile_ || profile_->bandwidth_mbps <= 0) return;
   const double seconds =
       static_cast<double>(bytes) * 8 / (profile_->bandwidth_mbps * 1e6);
-  std::this_thread::sleep_until(
-      began + std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::duration<double>(seconds)));
+  std::this_thread::sleep_until(began +
+                                std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(seconds)));
 }
 
 }  // namespace hetps

@@ -32,9 +32,9 @@ absl::StatusOr<std::vector<std::pair<uint64_t, double>>> LoadReference(
   for (const auto& point : j["loss_curve"]) {
     if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
         !point[1].is_number()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "compress.reference_summary: ", path,
-          ": loss_curve entries must be [step, loss]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("compress.reference_summary: ", path,
+                       ": loss_curve entries must be [step, loss]"));
     }
     curve.emplace_back(point[0].get<uint64_t>(), point[1].get<double>());
   }
@@ -60,8 +60,7 @@ absl::StatusOr<std::unique_ptr<PushCodec>> PushCodec::Create(
   fixed.keep_fraction = c.keep_fraction;
   fixed.int8_block = c.int8_block;
   if (absl::Status s = ValidateCodecSpec(fixed); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("compress: ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("compress: ", s.message()));
   }
   AdaptiveConfig adaptive_config;
   adaptive_config.max_transfer_fraction = c.max_transfer_fraction;
@@ -97,9 +96,9 @@ PushEncoding* PushCodec::Prepare(std::span<const GradientShape> parts,
     spec_ = fixed_;
   }
   codec_ = CodecName(spec_.kind);
-  encoding_ = PushEncoding{
-      .spec = &spec_,
-      .feedback = config_.error_feedback ? &feedback_ : nullptr};
+  encoding_ =
+      PushEncoding{.spec = &spec_,
+                   .feedback = config_.error_feedback ? &feedback_ : nullptr};
   return &encoding_;
 }
 
@@ -125,9 +124,11 @@ std::optional<std::string> PushCodec::CheckConvergence(uint64_t step,
   const uint64_t earlier = static_cast<uint64_t>(step / ratio);
   // The reference's smoothed loss at `earlier` (its last point at or
   // before it).
-  auto it = std::upper_bound(
-      reference_.begin(), reference_.end(), earlier,
-      [](uint64_t s, const std::pair<uint64_t, double>& p) { return s < p.first; });
+  auto it =
+      std::upper_bound(reference_.begin(), reference_.end(), earlier,
+                       [](uint64_t s, const std::pair<uint64_t, double>& p) {
+                         return s < p.first;
+                       });
   if (it == reference_.begin()) return std::nullopt;
   const auto& [ref_step, ref_loss] = *std::prev(it);
   behind_ = ref_loss < loss ? behind_ + 1 : 0;

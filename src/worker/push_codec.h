@@ -42,8 +42,7 @@ class PushCodec {
 
   // The encoding for the next push, made of `parts`, after `compute_s` of
   // compute. Valid until the next call.
-  PushEncoding* Prepare(std::span<const GradientShape> parts,
-                        double compute_s);
+  PushEncoding* Prepare(std::span<const GradientShape> parts, double compute_s);
   // The push prepared last took `seconds` on the wire.
   void Finished(double seconds);
 

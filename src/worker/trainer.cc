@@ -1,13 +1,13 @@
 #include "worker/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <limits>
 #include <mutex>
-#include <thread>
-#include <cmath>
-#include <deque>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -68,14 +68,16 @@ class Accumulator {
       }
     }
     dense_.resize(dense_grad.size(), 0.0f);
-    for (size_t j = 0; j < dense_grad.size(); ++j) dense_[j] += w * dense_grad[j];
+    for (size_t j = 0; j < dense_grad.size(); ++j)
+      dense_[j] += w * dense_grad[j];
     samples_ += n;
     ++batches_;
   }
 
   // Turns the sums into the mean gradient of all samples added.
   void Finish() {
-    const float scale = 1.0f / static_cast<float>(std::max<uint32_t>(1, samples_));
+    const float scale =
+        1.0f / static_cast<float>(std::max<uint32_t>(1, samples_));
     for (float& v : rows_) v *= scale;
     for (float& v : dense_) v *= scale;
   }
@@ -122,7 +124,8 @@ class Worker {
       return s;
     }
     step.dense.resize(model_.dense_size());
-    if (auto s = client_.PullDense(dense_table(), step.dense); !s.ok()) return s;
+    if (auto s = client_.PullDense(dense_table(), step.dense); !s.ok())
+      return s;
     device_.Throttle(step.unique.keys().size() * 8 +
                          (step.rows.size() + step.dense.size()) * 4,
                      began);
@@ -136,8 +139,8 @@ class Worker {
     step.row_grads.resize(step.rows.size());
     step.dense_grad.resize(step.dense.size());
     return model_.Train(step.batch,
-                        {step.unique.position(), step.rows, step.dense},
-                        step.p, step.row_grads, step.dense_grad);
+                        {step.unique.position(), step.rows, step.dense}, step.p,
+                        step.row_grads, step.dense_grad);
   }
 
   // Pushes one gradient, encoded as `codec` chooses after `compute_s` of
@@ -170,17 +173,7 @@ class Worker {
       auto n = reader.Next(4096, &step.batch);
       if (!n.ok()) return n.status();
       if (*n == 0) break;
-      step.unique.Build(step.batch.keys);
-      step.rows.resize(step.unique.keys().size() * model_.row_dim());
-      if (auto s = client_.PullSparse(sparse_table(), step.unique.keys(),
-                                      step.rows, KeySet::kUnique);
-          !s.ok()) {
-        return s;
-      }
-      step.dense.resize(model_.dense_size());
-      if (auto s = client_.PullDense(dense_table(), step.dense); !s.ok()) {
-        return s;
-      }
+      if (auto s = Pull(step); !s.ok()) return s;
       step.p.resize(*n);
       model_.Predict(step.batch,
                      {step.unique.position(), step.rows, step.dense}, step.p);
@@ -208,8 +201,8 @@ class Worker {
   const std::vector<TableConfig> tables_;
 };
 
-absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(
-    const JobConfig& config, uint32_t worker_id) {
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
+                                                        uint32_t worker_id) {
   PsClientOptions options;
   options.endpoints = config.cluster.ps_endpoints;
   options.worker_id = worker_id;
@@ -258,7 +251,8 @@ class PeriodicEvaluator {
   void Run() {
     const DeviceProfile none(nullptr, 0, start_);
     Worker evaluator(model_, *client_, none);
-    const auto every = std::chrono::duration<double>(config_.train.eval_every_s);
+    const auto every =
+        std::chrono::duration<double>(config_.train.eval_every_s);
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, every, [this] { return stop_; })) {
       lock.unlock();
@@ -266,7 +260,8 @@ class PeriodicEvaluator {
       absl::StatusOr<EvalPoint> point = evaluator.Evaluate(*reader_);
       lock.lock();
       if (!point.ok()) {
-        spdlog::warn("periodic evaluation failed: {}", point.status().message());
+        spdlog::warn("periodic evaluation failed: {}",
+                     point.status().message());
         continue;
       }
       point->at_s = at;
@@ -331,9 +326,9 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   const auto start = Clock::now();
   const DeviceProfile device(config.ProfileOf(rank), *sample_bytes, start);
   Worker worker(**model, **client, device);
-  spdlog::info("training {} on {} ({} slots, {} dense); {}",
-               config.train.model, config.train.data.format, shape->num_slots,
-               shape->num_dense, device.Describe());
+  spdlog::info("training {} on {} ({} slots, {} dense); {}", config.train.model,
+               config.train.data.format, shape->num_slots, shape->num_dense,
+               device.Describe());
   PeriodicEvaluator periodic(config, **model, start);
   if (rank == 0 && config.train.eval_every_s > 0) {
     if (auto s = periodic.Start(); !s.ok()) return s;
@@ -355,8 +350,8 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
                      recent_loss.size();
   };
   auto last_log = start;
-  double pull_s = 0;        // time inside pulls: not busy
-  double busy_s = 0;        // the rest of each step
+  double pull_s = 0;  // time inside pulls: not busy
+  double busy_s = 0;  // the rest of each step
   // Samples per busy second over the last few seconds (exponentially
   // decayed, time constant kThroughputTau): what the planner re-plans from,
   // so a slow-down shows within seconds, not diluted by the whole run.
@@ -371,9 +366,9 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   const auto push_accumulated = [&]() -> absl::Status {
     if (accumulated.batches() == 0) return absl::OkStatus();
     accumulated.Finish();
-    const absl::Status s = worker.Push(
-        accumulated.keys(), accumulated.rows(), accumulated.dense(),
-        accumulated.samples(), **codec, compute_since_push_s);
+    const absl::Status s =
+        worker.Push(accumulated.keys(), accumulated.rows(), accumulated.dense(),
+                    accumulated.samples(), **codec, compute_since_push_s);
     compute_since_push_s = 0;
     accumulated.Clear();
     ++report.pushes;
@@ -394,8 +389,8 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
         point->epoch = static_cast<int>(chunk->epoch());
         point->at_s = SecondsSince(start);
         report.evals.push_back(*point);
-        spdlog::info("epoch {}: test AUC {:.4f} logloss {:.4f}",
-                     chunk->epoch(), point->auc, point->logloss);
+        spdlog::info("epoch {}: test AUC {:.4f} logloss {:.4f}", chunk->epoch(),
+                     point->auc, point->logloss);
       }
       epoch = static_cast<int>(chunk->epoch());
     }
@@ -409,7 +404,9 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
     }
     // A pass's stats end with it: keep the count of each chunk.
     report.malformed_records += (*train)->stats().malformed;
-    if (auto s = (*train)->Seek(chunk->chunk(), chunk->chunks(), chunk->epoch()); !s.ok()) {
+    if (auto s =
+            (*train)->Seek(chunk->chunk(), chunk->chunks(), chunk->epoch());
+        !s.ok()) {
       return s;
     }
     ++report.chunks;
@@ -487,9 +484,10 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
            .codec_reason = (*codec)->reason()});
       if (Clock::now() - last_log > std::chrono::seconds(2)) {
         last_log = Clock::now();
-        spdlog::info("epoch {} step {} loss {:.4f} {:.0f} samples/s, busy {:.0f}%",
-                     epoch + 1, report.steps, mean_recent(),
-                     report.samples / seconds, 100 * busy_s / seconds);
+        spdlog::info(
+            "epoch {} step {} loss {:.4f} {:.0f} samples/s, busy {:.0f}%",
+            epoch + 1, report.steps, mean_recent(), report.samples / seconds,
+            100 * busy_s / seconds);
       }
     }
   }

@@ -28,8 +28,8 @@
 namespace hetps {
 
 struct EvalPoint {
-  int epoch = 0;        // epochs finished when evaluated
-  double at_s = 0;      // seconds since training started
+  int epoch = 0;    // epochs finished when evaluated
+  double at_s = 0;  // seconds since training started
   double auc = 0;
   double logloss = 0;
 };
@@ -43,12 +43,12 @@ struct TrainReport {
   double last_loss = 0;      // mean logloss of the last 50 batches
   uint64_t malformed_records = 0;
   uint64_t pushes = 0;
-  uint64_t chunks = 0;          // chunks of the train split it trained on
-  double busy_fraction = 0;     // time outside pulls / train_s
-  bool emulated = false;        // ran under a DeviceProfile
-  std::string device;           // DeviceProfile::Describe()
-  uint64_t raw_bytes = 0;       // gradient payloads as fp32
-  uint64_t sent_bytes = 0;      // as sent (compress.codec)
+  uint64_t chunks = 0;       // chunks of the train split it trained on
+  double busy_fraction = 0;  // time outside pulls / train_s
+  bool emulated = false;     // ran under a DeviceProfile
+  std::string device;        // DeviceProfile::Describe()
+  uint64_t raw_bytes = 0;    // gradient payloads as fp32
+  uint64_t sent_bytes = 0;   // as sent (compress.codec)
   std::vector<std::pair<std::string, uint64_t>> sent_by_codec;
   // (step, mean loss of the last 50 batches) every 20 steps.
   std::vector<std::pair<uint64_t, double>> loss_curve;

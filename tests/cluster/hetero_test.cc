@@ -23,8 +23,10 @@ using testing::TempDir;
 // Logistic regression on synthetic data; 2 fast and 2 slow emulated workers.
 std::string MixedJob(const std::string& mode, int window) {
   return absl::StrCat(R"(name: mixed
-mode: )", mode, R"(
-window: )", window, R"(
+mode: )",
+                      mode, R"(
+window: )",
+                      window, R"(
 semi_async: {adapt_window: false, window_min: 1}
 cluster: {servers: 2, workers: 4, max_worker_failures: 1}
 server: {heartbeat_timeout_s: 1}
@@ -41,34 +43,13 @@ train:
 )");
 }
 
-struct Launched {
-  testing::CommandResult result;
-  nlohmann::json summary;
-};
-
-Launched Launch(const TempDir& dir, const std::string& config,
-           const std::vector<std::string>& sets = {}) {
-  const std::string summary = dir.path() + "/summary.json";
-  std::vector<std::string> args = {testing::HetpsBinary(), "launch", config,
-                                   "--no-status", "--summary-json", summary};
-  for (const std::string& s : sets) {
-    args.push_back("--set");
-    args.push_back(s);
-  }
-  Launched run;
-  run.result = RunCommand(args, std::chrono::seconds(120));
-  std::ifstream in(summary);
-  if (in.good()) run.summary = nlohmann::json::parse(in, nullptr, false);
-  return run;
-}
-
 TEST(HeteroClusterTest, SemiAsyncKeepsTheStalenessBound) {
   // Equal batches: the fast workers make 4x the clocks of the slow ones and
   // run into the bound.
   TempDir dir;
-  const Launched run =
-      Launch(dir, dir.Write("job.yaml", MixedJob("semi_async", 2)),
-             {"planner.batch_plan=fixed"});
+  const testing::LaunchedJob run =
+      testing::LaunchJob(dir, dir.Write("job.yaml", MixedJob("semi_async", 2)),
+                         {"planner.batch_plan=fixed"});
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   // Every sample of both epochs trained exactly once, by someone.
   EXPECT_EQ(run.summary["samples"].get<uint64_t>(), 40000u);
@@ -94,8 +75,8 @@ TEST(HeteroClusterTest, SemiAsyncKeepsTheStalenessBound) {
 
 TEST(HeteroClusterTest, ProportionalBatchesKeepEveryWorkerBusy) {
   TempDir dir;
-  const Launched run =
-      Launch(dir, dir.Write("job.yaml", MixedJob("semi_async", 8)));
+  const testing::LaunchedJob run =
+      testing::LaunchJob(dir, dir.Write("job.yaml", MixedJob("semi_async", 8)));
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   EXPECT_EQ(run.summary["samples"].get<uint64_t>(), 40000u);
   // Fast workers get 4x the batch of slow ones (total 4 x 50 per step).
@@ -113,10 +94,10 @@ TEST(HeteroClusterTest, ProportionalBatchesKeepEveryWorkerBusy) {
 
 TEST(HeteroClusterTest, ABatchLargerThanTheEmulatedMemoryFailsTheWorker) {
   TempDir dir;
-  const Launched run =
-      Launch(dir, dir.Write("job.yaml", MixedJob("semi_async", 2)),
-             {"device_profiles[1].memory_mb=0.001",
-              "device_profiles[1].batch_size=50"});
+  const testing::LaunchedJob run =
+      testing::LaunchJob(dir, dir.Write("job.yaml", MixedJob("semi_async", 2)),
+                         {"device_profiles[1].memory_mb=0.001",
+                          "device_profiles[1].batch_size=50"});
   EXPECT_EQ(run.result.exit_code, 1) << run.result.output;
   EXPECT_THAT(run.result.output,
               HasSubstr("emulated out of memory: a batch of 50 samples"));
@@ -125,14 +106,16 @@ TEST(HeteroClusterTest, ABatchLargerThanTheEmulatedMemoryFailsTheWorker) {
 void KillMidRun(const std::string& mode) {
   TempDir dir;
   const std::string config = dir.Write("job.yaml", MixedJob(mode, 4));
-  Launched run;
-  std::thread launcher([&] { run = Launch(dir, config); });
+  testing::LaunchedJob run;
+  std::thread launcher([&] { run = testing::LaunchJob(dir, config); });
   // Kill worker 2 (slow) once it has trained for a while.
   std::optional<pid_t> victim;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!victim && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    victim = testing::FindProcess({"worker", "--config", config, "--rank", "2"});
+    victim =
+        testing::FindProcess({"worker", "--config", config, "--rank", "2"});
   }
   ASSERT_TRUE(victim.has_value());
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
@@ -176,9 +159,10 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
   });
   // Ask while it trains (after the first plans and pushes).
   std::this_thread::sleep_for(std::chrono::milliseconds(3500));
-  const testing::CommandResult status = RunCommand(
-      {testing::HetpsBinary(), "status", "--json", "--coordinator", endpoints[0]},
-      std::chrono::seconds(20));
+  const testing::CommandResult status =
+      RunCommand({testing::HetpsBinary(), "status", "--json", "--coordinator",
+                  endpoints[0]},
+                 std::chrono::seconds(20));
   const testing::CommandResult text = RunCommand(
       {testing::HetpsBinary(), "status", "--coordinator", endpoints[0]},
       std::chrono::seconds(20));

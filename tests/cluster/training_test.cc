@@ -17,34 +17,10 @@ using ::testing::HasSubstr;
 using testing::RunCommand;
 using testing::TempDir;
 
-struct Launched {
-  testing::CommandResult result;
-  nlohmann::json summary;
-};
-
-Launched Launch(const TempDir& dir, const std::string& config,
-                const std::vector<std::string>& sets,
-                std::chrono::seconds limit = std::chrono::seconds(300)) {
-  const std::string summary = dir.path() + "/summary.json";
-  std::remove(summary.c_str());
-  std::vector<std::string> args = {testing::HetpsBinary(), "launch", config,
-                                   "--summary-json", summary};
-  for (const std::string& s : sets) {
-    args.push_back("--set");
-    args.push_back(s);
-  }
-  Launched out;
-  out.result = RunCommand(args, limit);
-  std::ifstream in(summary);
-  if (in.good()) out.summary = nlohmann::json::parse(in, nullptr, false);
-  return out;
-}
-
 TEST(TrainingTest, MovieLensDeepFmReachesTheAucBarInOneEpoch) {
   TempDir dir;
-  const Launched run =
-      Launch(dir, testing::SourcePath("examples/movielens.yaml"),
-             {"train.epochs=1"});
+  const testing::LaunchedJob run = testing::LaunchJob(
+      dir, testing::SourcePath("examples/movielens.yaml"), {"train.epochs=1"});
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   EXPECT_EQ(run.summary["model"], "deepfm");
   EXPECT_EQ(run.summary["workers"], 4);
@@ -61,15 +37,15 @@ TEST(TrainingTest, OneAndFourSyncWorkersReachTheSameAuc) {
   // optimisation up to the order of samples inside a round.
   TempDir dir;
   const std::string config = testing::SourcePath("examples/movielens.yaml");
-  const Launched one = Launch(
-      dir, config,
-      {"train.epochs=1", "train.model=fm", "cluster.workers=1",
-       "train.batch_size=1024"});
+  const testing::LaunchedJob one =
+      testing::LaunchJob(dir, config,
+                         {"train.epochs=1", "train.model=fm",
+                          "cluster.workers=1", "train.batch_size=1024"});
   ASSERT_EQ(one.result.exit_code, 0) << one.result.output;
-  const Launched four = Launch(
-      dir, config,
-      {"train.epochs=1", "train.model=fm", "cluster.workers=4",
-       "train.batch_size=256"});
+  const testing::LaunchedJob four =
+      testing::LaunchJob(dir, config,
+                         {"train.epochs=1", "train.model=fm",
+                          "cluster.workers=4", "train.batch_size=256"});
   ASSERT_EQ(four.result.exit_code, 0) << four.result.output;
   const double a = one.summary["test_auc"].get<double>();
   const double b = four.summary["test_auc"].get<double>();
@@ -90,7 +66,7 @@ TEST(TrainingTest, DeepFmComesCloseToTheTeacherOnGeneratedCriteo) {
   absl::StatusOr<CriteoGenReport> teacher = GenerateCriteo(gen, data);
   ASSERT_TRUE(teacher.ok()) << teacher.status();
   ASSERT_GT(teacher->teacher_auc, 0.79);
-  const Launched run = Launch(
+  const testing::LaunchedJob run = testing::LaunchJob(
       dir, testing::SourcePath("examples/criteo-synthetic.yaml"),
       {absl::StrCat("train.data.path=", data)});
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
@@ -102,38 +78,47 @@ TEST(TrainingTest, DeepFmComesCloseToTheTeacherOnGeneratedCriteo) {
       << "no model beats the teacher by more than the test set's noise";
 }
 
-TEST(TrainingTest, Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc) {
-  // DeepFM on generated Criteo data, uncompressed and int8 + error feedback.
-  TempDir dir;
+// 60k generated Criteo samples (vocab 100) in `dir`.
+std::string SmallCriteo(const TempDir& dir) {
   CriteoGenConfig gen;
   gen.samples = 60000;
   gen.vocab = 100;
   const std::string data = dir.path() + "/criteo.tsv";
-  ASSERT_TRUE(GenerateCriteo(gen, data).ok());
-  const std::string config = testing::SourcePath("examples/criteo-synthetic.yaml");
+  EXPECT_TRUE(GenerateCriteo(gen, data).ok());
+  return data;
+}
+
+TEST(TrainingTest, Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc) {
+  // DeepFM on generated Criteo data, uncompressed and int8 + error feedback.
+  TempDir dir;
+  const std::string data = SmallCriteo(dir);
+  const std::string config =
+      testing::SourcePath("examples/criteo-synthetic.yaml");
   const std::vector<std::string> common = {
-      absl::StrCat("train.data.path=", data), "train.epochs=1",
-      "mode=sync"};
+      absl::StrCat("train.data.path=", data), "train.epochs=1", "mode=sync"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), common.begin(), common.end());
     return extra;
   };
-  const Launched fp32 = Launch(dir, config, with({"compress.codec=none"}));
+  const testing::LaunchedJob fp32 =
+      testing::LaunchJob(dir, config, with({"compress.codec=none"}));
   ASSERT_EQ(fp32.result.exit_code, 0) << fp32.result.output;
   const std::string reference = dir.path() + "/fp32.json";
   {
     std::ofstream out(reference);
     out << fp32.summary.dump();
   }
-  const Launched int8 = Launch(
+  const testing::LaunchedJob int8 = testing::LaunchJob(
       dir, config,
       with({"compress.codec=int8", "compress.error_feedback=true",
             absl::StrCat("compress.reference_summary=", reference)}));
   ASSERT_EQ(int8.result.exit_code, 0) << int8.result.output;
   EXPECT_EQ(fp32.summary["compression_ratio"].get<double>(), 1.0);
-  EXPECT_EQ(fp32.summary["gradient_bytes_raw"], fp32.summary["gradient_bytes_sent"]);
+  EXPECT_EQ(fp32.summary["gradient_bytes_raw"],
+            fp32.summary["gradient_bytes_sent"]);
   // Same work, same raw bytes; int8 sends about a third (keys stay 8 bytes).
-  EXPECT_EQ(int8.summary["gradient_bytes_raw"], fp32.summary["gradient_bytes_raw"]);
+  EXPECT_EQ(int8.summary["gradient_bytes_raw"],
+            fp32.summary["gradient_bytes_raw"]);
   EXPECT_GT(int8.summary["compression_ratio"].get<double>(), 2.5);
   EXPECT_GT(int8.summary["sent_by_codec"]["int8"].get<uint64_t>(), 0u);
   EXPECT_NEAR(int8.summary["test_auc"].get<double>(),
@@ -145,17 +130,14 @@ TEST(TrainingTest, OverCompressionIsFlagged) {
   // Top 1% of rows without error feedback against an fp32 reference: the
   // loss falls far slower, and the worker says so.
   TempDir dir;
-  CriteoGenConfig gen;
-  gen.samples = 60000;
-  gen.vocab = 100;
-  const std::string data = dir.path() + "/criteo.tsv";
-  ASSERT_TRUE(GenerateCriteo(gen, data).ok());
-  const std::string config = testing::SourcePath("examples/criteo-synthetic.yaml");
+  const std::string data = SmallCriteo(dir);
+  const std::string config =
+      testing::SourcePath("examples/criteo-synthetic.yaml");
   // Small batches: enough steps for the check (every 20 steps from 100).
-  const std::vector<std::string> common = {absl::StrCat("train.data.path=", data),
-                                           "train.epochs=1", "mode=sync",
-                                           "train.batch_size=32"};
-  const Launched fp32 = Launch(dir, config, common);
+  const std::vector<std::string> common = {
+      absl::StrCat("train.data.path=", data), "train.epochs=1", "mode=sync",
+      "train.batch_size=32"};
+  const testing::LaunchedJob fp32 = testing::LaunchJob(dir, config, common);
   ASSERT_EQ(fp32.result.exit_code, 0) << fp32.result.output;
   const std::string reference = dir.path() + "/fp32.json";
   std::ofstream(reference) << fp32.summary.dump();
@@ -164,7 +146,7 @@ TEST(TrainingTest, OverCompressionIsFlagged) {
   sets.push_back("compress.keep_fraction=0.01");
   sets.push_back("compress.error_feedback=false");
   sets.push_back(absl::StrCat("compress.reference_summary=", reference));
-  const Launched harsh = Launch(dir, config, sets);
+  const testing::LaunchedJob harsh = testing::LaunchJob(dir, config, sets);
   ASSERT_EQ(harsh.result.exit_code, 0) << harsh.result.output;
   EXPECT_THAT(harsh.result.output, HasSubstr("over-compression: loss"));
   ASSERT_FALSE(harsh.summary["warnings"].empty());
@@ -185,11 +167,12 @@ TEST(TrainingTest, MalformedLinesAreCountedAndTheJobGoesOn) {
   ASSERT_TRUE(GenerateCriteo(gen, data).ok());
   {
     std::ofstream out(data, std::ios::app);
-    out << "1\t2\t3\n";                 // wrong column count
+    out << "1\t2\t3\n";                                // wrong column count
     out << "0\tabc" << std::string(38, '\t') << "\n";  // non-numeric integer
-    out << "1\t5";                      // truncated last line
+    out << "1\t5";                                     // truncated last line
   }
-  const Launched run = Launch(dir, dir.Write("job.yaml", CriteoJob(data)), {});
+  const testing::LaunchedJob run =
+      testing::LaunchJob(dir, dir.Write("job.yaml", CriteoJob(data)), {});
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   // Every worker reads every line to find its share, and rank 0 reads the
   // test split too: each bad line is seen by the train readers of both
@@ -204,12 +187,14 @@ TEST(TrainingTest, AMostlyGarbageFileStopsTheJobWithAClearError) {
   std::string garbage;
   for (int i = 0; i < 500; ++i) garbage += "this is not criteo\n";
   const std::string data = dir.Write("garbage.tsv", garbage);
-  const Launched run = Launch(dir, dir.Write("job.yaml", CriteoJob(data)), {});
+  const testing::LaunchedJob run =
+      testing::LaunchJob(dir, dir.Write("job.yaml", CriteoJob(data)), {});
   EXPECT_EQ(run.result.exit_code, 1) << run.result.output;
   // Each worker reads chunks of the file; the first chunk read stops it.
   EXPECT_THAT(run.result.output, HasSubstr("garbage.tsv: "));
   EXPECT_THAT(run.result.output, HasSubstr("records malformed (more than"));
-  EXPECT_THAT(run.result.output, HasSubstr("is the file really in the 'criteo' format?"));
+  EXPECT_THAT(run.result.output,
+              HasSubstr("is the file really in the 'criteo' format?"));
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ TEST(BatchPlannerTest, BatchesFollowThroughput) {
   EXPECT_EQ(planner.plan()[0].batch_size, 154u);
   EXPECT_EQ(planner.plan()[2].batch_size, 46u);
   EXPECT_EQ(planner.plan()[0].push_freq, 1u);
-  EXPECT_THAT(planner.plan()[0].reason, HasSubstr("38% of the job's throughput"));
+  EXPECT_THAT(planner.plan()[0].reason,
+              HasSubstr("38% of the job's throughput"));
   EXPECT_EQ(planner.version(), 1u);
 }
 
@@ -38,8 +39,8 @@ TEST(BatchPlannerTest, MemoryCapsTheBatchAndRaisesPushFreq) {
   EXPECT_EQ(MemoryCapBatch(1, 10240), 102u);
   EXPECT_EQ(MemoryCapBatch(0, 10240), std::numeric_limits<uint32_t>::max());
   BatchPlanner planner(config, 10240);
-  ASSERT_TRUE(planner.Update(
-      {{.throughput = 900, .memory_mb = 1}, {.throughput = 100, .memory_mb = 0}}));
+  ASSERT_TRUE(planner.Update({{.throughput = 900, .memory_mb = 1},
+                              {.throughput = 100, .memory_mb = 0}}));
   // Worker 0 wants 180 but holds 102: two batches per push.
   EXPECT_EQ(planner.plan()[0].batch_size, 102u);
   EXPECT_EQ(planner.plan()[0].push_freq, 2u);
@@ -72,8 +73,8 @@ TEST(BatchPlannerTest, ReplansOnlyPastTheThreshold) {
   EXPECT_EQ(planner.plan()[0].batch_size, 154u);
   EXPECT_EQ(planner.plan()[1].batch_size, 46u);
   // A worker leaving re-plans too: the survivor takes the whole step.
-  ASSERT_TRUE(planner.Update({{.throughput = 1000},
-                              {.live = false, .throughput = 300}}));
+  ASSERT_TRUE(planner.Update(
+      {{.throughput = 1000}, {.live = false, .throughput = 300}}));
   EXPECT_EQ(planner.plan()[0].batch_size, 100u);
 }
 

@@ -22,8 +22,9 @@ TEST(WindowControllerTest, InitialWindowFromKnownThroughputs) {
   std::vector<double> t = {1000, 1000, 1000, 300, 300, 300, 300, 300, 300, 300};
   EXPECT_EQ(InitialWindow(config, t), 17u);
   // From the device profiles, the same.
-  config.device_profiles = {{.ranks = {0, 1, 2}, .throughput = 1000},
-                            {.ranks = {3, 4, 5, 6, 7, 8, 9}, .throughput = 300}};
+  config.device_profiles = {
+      {.ranks = {0, 1, 2}, .throughput = 1000},
+      {.ranks = {3, 4, 5, 6, 7, 8, 9}, .throughput = 300}};
   EXPECT_EQ(ProfiledThroughputs(config), t);
   EXPECT_EQ(InitialWindow(config, ProfiledThroughputs(config)), 17u);
 }
@@ -43,9 +44,14 @@ TEST(WindowControllerTest, InitialWindowWithoutThroughputsOrConfigured) {
 
 // A period where the queue fills to the window and applies there.
 WindowSignals Healthy() {
-  return {.pushes = 100, .pushes_into_empty = 6, .pulls = 100,
-          .ssp_waits = 10, .ssp_wait_s = 0.1, .worker_s = 20,
-          .applies = 6, .applies_by_time = 0};
+  return {.pushes = 100,
+          .pushes_into_empty = 6,
+          .pulls = 100,
+          .ssp_waits = 10,
+          .ssp_wait_s = 0.1,
+          .worker_s = 20,
+          .applies = 6,
+          .applies_by_time = 0};
 }
 
 TEST(WindowControllerTest, GrowsWhenTheQueueIsUsuallyEmpty) {

@@ -27,10 +27,13 @@ class AggregatorTest : public ::testing::Test {
  protected:
   AggregatorTest()
       : sparse_(SgdTable("emb", TableKind::kSparse, 2),
-                *Optimizer::Create(SgdTable("emb", TableKind::kSparse, 2).optimizer),
+                *Optimizer::Create(
+                    SgdTable("emb", TableKind::kSparse, 2).optimizer),
                 4),
-        dense_(SgdTable("d", TableKind::kDense, 3), 0, 3,
-               *Optimizer::Create(SgdTable("d", TableKind::kDense, 3).optimizer)) {}
+        dense_(
+            SgdTable("d", TableKind::kDense, 3), 0, 3,
+            *Optimizer::Create(SgdTable("d", TableKind::kDense, 3).optimizer)) {
+  }
 
   PushView MakePush(uint32_t worker, uint64_t clock, uint32_t batch,
                     const std::vector<uint64_t>& keys,
@@ -62,7 +65,8 @@ class AggregatorTest : public ::testing::Test {
   SparseTable sparse_;
   DenseTable dense_;
   // Keep payloads alive (views point into them); deque-like stability.
-  std::vector<std::vector<uint64_t>> keys_ = std::vector<std::vector<uint64_t>>();
+  std::vector<std::vector<uint64_t>> keys_ =
+      std::vector<std::vector<uint64_t>>();
   std::vector<std::vector<float>> grads_, dense_grads_;
 
   void SetUp() override {
@@ -105,7 +109,8 @@ TEST_F(AggregatorTest, SyncRetriedPushIsNotAppliedTwice) {
 
 TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
   auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
-  ASSERT_TRUE(agg->AwaitPull(0, 0, absl::Now() + absl::Seconds(1), nullptr).ok());
+  ASSERT_TRUE(
+      agg->AwaitPull(0, 0, absl::Now() + absl::Seconds(1), nullptr).ok());
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   absl::Status s =
       agg->AwaitPull(0, 1, absl::Now() + absl::Milliseconds(100), nullptr);
@@ -116,7 +121,8 @@ TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   });
-  EXPECT_TRUE(agg->AwaitPull(0, 1, absl::Now() + absl::Seconds(10), nullptr).ok());
+  EXPECT_TRUE(
+      agg->AwaitPull(0, 1, absl::Now() + absl::Seconds(10), nullptr).ok());
   pusher.join();
 }
 
@@ -142,7 +148,8 @@ TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 4, {7}, {1, 0}, {2, 0, 0})).ok());
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, 0.0f}));
   ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 0}, {0, 0, 0})).ok());
-  ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 0}, {0, 0, 0})).ok());  // retry
+  ASSERT_TRUE(
+      agg->Push(MakePush(1, 0, 1, {7}, {1, 0}, {0, 0, 0})).ok());  // retry
   EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, 0.0f}));
   EXPECT_EQ(Dense(), (std::vector<float>{-1.0f, 0.0f, 0.0f}));
   EXPECT_EQ(agg->applied_rounds(), 2u);
@@ -247,7 +254,8 @@ TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
   });
-  EXPECT_TRUE(agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
+  EXPECT_TRUE(
+      agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
   slow.join();
   const AggregatorStats st = agg->Stats();
   EXPECT_EQ(st.ssp_waits, 2u);  // the timed-out pull and the released one
@@ -264,7 +272,8 @@ TEST_F(AggregatorTest, SemiAsyncStopsWaitingForAWorkerThatLeft) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     agg->UpdateMembership(2, {0});
   });
-  EXPECT_TRUE(agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
+  EXPECT_TRUE(
+      agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
   drop.join();
   // Alone in the live set, worker 0's pushes apply on arrival.
   auto window4 = SemiAsync(2, 4);

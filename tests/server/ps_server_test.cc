@@ -5,9 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "common/bytes.h"
@@ -50,8 +49,8 @@ class PsServerTest : public ::testing::Test {
     auto node = ServerNode::Start(TwoTableJob(), 0, "127.0.0.1:0");
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
-    auto channel = MakeChannel("127.0.0.1:" + std::to_string(node_->port()),
-                               64 << 20);
+    auto channel =
+        MakeChannel("127.0.0.1:" + std::to_string(node_->port()), 64 << 20);
     ps_ = rpc::ParameterServer::NewStub(channel);
     coord_ = rpc::Coordinator::NewStub(channel);
   }
@@ -171,7 +170,8 @@ TEST_F(PsServerTest, KeyCountValueLengthMismatchIsInvalidArgument) {
   req.mutable_gradients(0)->mutable_values()->resize(7 * sizeof(float));
   grpc::Status s = Push(req);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("2 keys × dim 4 need 8 values, push has 7"));
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("2 keys × dim 4 need 8 values, push has 7"));
   ExpectUnchangedAndServing();
 
   req = GoodPush({2}, 1.0f);
@@ -190,7 +190,8 @@ TEST_F(PsServerTest, KeyCountValueLengthMismatchIsInvalidArgument) {
   AssignBytes<float>(g->mutable_values(), two);
   s = Push(req);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("holds 3 values [0, 3), push has 2"));
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("holds 3 values [0, 3), push has 2"));
   ExpectUnchangedAndServing();
 }
 
@@ -219,8 +220,8 @@ rpc::PushRequest EncodedPush(uint64_t clock, CodecKind kind,
 }
 
 TEST_F(PsServerTest, EncodedPushesAreDecodedAndApplied) {
-  for (CodecKind kind : {CodecKind::kFp16, CodecKind::kInt8,
-                         CodecKind::kSparseInt8}) {
+  for (CodecKind kind :
+       {CodecKind::kFp16, CodecKind::kInt8, CodecKind::kSparseInt8}) {
     SCOPED_TRACE(CodecName(kind));
     ASSERT_TRUE(Push(EncodedPush(clock_++, kind, {5, 6}, 1.0f)).ok());
   }
@@ -234,7 +235,8 @@ TEST_F(PsServerTest, EncodedPushesAreDecodedAndApplied) {
 
 TEST_F(PsServerTest, CorruptEncodedPushesAreRefusedWhole) {
   ApplyOneGoodPush();
-  const rpc::PushRequest good = EncodedPush(clock_, CodecKind::kInt8, {2, 3}, 1);
+  const rpc::PushRequest good =
+      EncodedPush(clock_, CodecKind::kInt8, {2, 3}, 1);
   struct Case {
     const char* what;
     std::function<void(rpc::PushRequest&)> corrupt;
@@ -254,7 +256,9 @@ TEST_F(PsServerTest, CorruptEncodedPushesAreRefusedWhole) {
        },
        "table 'dense': codec 2 payload"},
       {"bad magic",
-       [](rpc::PushRequest& r) { (*r.mutable_gradients(0)->mutable_values())[0] = 0; },
+       [](rpc::PushRequest& r) {
+         (*r.mutable_gradients(0)->mutable_values())[0] = 0;
+       },
        "table 'emb': codec 2 payload"},
       {"keys beside a payload",
        [](rpc::PushRequest& r) {

@@ -93,6 +93,24 @@ std::optional<pid_t> FindProcess(const std::vector<std::string>& args) {
   return std::nullopt;
 }
 
+LaunchedJob LaunchJob(const TempDir& dir, const std::string& config,
+                      const std::vector<std::string>& sets,
+                      std::chrono::seconds limit) {
+  const std::string summary = dir.path() + "/summary.json";
+  std::filesystem::remove(summary);
+  std::vector<std::string> args = {HetpsBinary(), "launch",         config,
+                                   "--no-status", "--summary-json", summary};
+  for (const std::string& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  LaunchedJob job;
+  job.result = RunCommand(args, limit);
+  std::ifstream in(summary);
+  if (in.good()) job.summary = nlohmann::json::parse(in, nullptr, false);
+  return job;
+}
+
 std::string HetpsBinary() { return HETPS_BINARY; }
 
 std::string SourcePath(const std::string& relative) {

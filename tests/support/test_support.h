@@ -2,10 +2,9 @@
 // running the hetps binary, and a local cluster of server processes.
 #pragma once
 
-#include <sys/types.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cli/process_group.h"
+#include "nlohmann/json.hpp"
 
 namespace hetps::testing {
 
@@ -68,6 +68,16 @@ CommandResult RunCommand(const std::vector<std::string>& args,
 // order, one after the other (e.g. {"worker", "--config", path, "--rank",
 // "2"}), read from /proc.
 std::optional<pid_t> FindProcess(const std::vector<std::string>& args);
+
+// `hetps launch config --no-status --summary-json <dir>/summary.json --set
+// ...` and the summary it wrote (null when it wrote none).
+struct LaunchedJob {
+  CommandResult result;
+  nlohmann::json summary;
+};
+LaunchedJob LaunchJob(const TempDir& dir, const std::string& config,
+                      const std::vector<std::string>& sets = {},
+                      std::chrono::seconds limit = std::chrono::seconds(300));
 
 // The built hetps binary and the source tree.
 std::string HetpsBinary();

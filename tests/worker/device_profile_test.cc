@@ -22,9 +22,12 @@ TEST(DeviceProfileTest, RealMachineEmulatesNothing) {
 }
 
 TEST(DeviceProfileTest, SlowDownScheduleAndLabel) {
-  DeviceProfileConfig p{.ranks = {0}, .throughput = 1000, .memory_mb = 2,
-                        .bandwidth_mbps = 100,
-                        .slowdowns = {{.from_s = 20, .to_s = 40, .factor = 0.3}}};
+  DeviceProfileConfig p{
+      .ranks = {0},
+      .throughput = 1000,
+      .memory_mb = 2,
+      .bandwidth_mbps = 100,
+      .slowdowns = {{.from_s = 20, .to_s = 40, .factor = 0.3}}};
   const auto start = Clock::now();
   const DeviceProfile dev(&p, 1024, start);
   EXPECT_TRUE(dev.emulated());
@@ -43,7 +46,8 @@ TEST(DeviceProfileTest, OversizedBatchFailsAsOutOfMemory) {
   EXPECT_TRUE(dev.CheckMemory(1024).ok());  // exactly 1 MB
   const absl::Status oom = dev.CheckMemory(1025);
   EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(oom.message(), HasSubstr("emulated out of memory: a batch of 1025"));
+  EXPECT_THAT(oom.message(),
+              HasSubstr("emulated out of memory: a batch of 1025"));
 }
 
 TEST(DeviceProfileTest, PaceAndThrottleTakeTheEmulatedTime) {
