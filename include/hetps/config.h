@@ -2,8 +2,9 @@
 // the Paddle-style environment variables by the CLI, validated once, and then
 // passed down by const reference. Nothing below the CLI reads the environment.
 //
-// Every field has its default here; docs/CONFIG.md lists them with the YAML
-// names (which are the field names below, nested as in the structs).
+// Every field has its default and its meaning here; the YAML names are the
+// field names below, nested as in the structs (`semi_async.window_max`,
+// `device_profiles[0].throughput`).
 #pragma once
 
 #include <cstdint>
