@@ -38,6 +38,9 @@ Json Summarize(const RunResult& run, const std::string& log) {
   r["gradient_bytes_raw"] = s["gradient_bytes_raw"];
   r["gradient_bytes_sent"] = s["gradient_bytes_sent"];
   r["compression_ratio"] = s["compression_ratio"];
+  r["gradient_value_bytes_raw"] = s["gradient_value_bytes_raw"];
+  r["gradient_value_bytes_sent"] = s["gradient_value_bytes_sent"];
+  r["value_compression_ratio"] = s["value_compression_ratio"];
   r["sent_by_codec"] = s["sent_by_codec"];
   r["samples_per_s"] = s["samples_per_s"];
   r["wall_s"] = s["wall_s"];

@@ -162,7 +162,7 @@ struct CompressConfig {
   std::string codec = "none";
   double keep_fraction =
       0;  // sparse kinds: share kept by magnitude (0 = non-zeros)
-  uint32_t int8_block = 0;  // int8 kinds: values per scale (0 = per row / 256)
+  uint32_t int8_block = 0;  // int8 kinds: values per scale (0 = 256)
   // Keep each lossy encode's residual and add it to the next gradient.
   bool error_feedback = true;
   // adaptive: the transfer of a push may take at most this share of the

@@ -47,6 +47,9 @@ struct PushEncoding {
   ErrorFeedback* feedback = nullptr;  // nullptr: no error feedback
   uint64_t raw_bytes = 0;   // out: the gradient payloads as fp32 keys+values
   uint64_t sent_bytes = 0;  // out: as sent
+  // out: the same without keys and payload headers: the gradient itself
+  uint64_t raw_value_bytes = 0;
+  uint64_t sent_value_bytes = 0;
 };
 
 // Whether the caller promises that a key list has no duplicates.

@@ -227,10 +227,13 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     uint64_t malformed = 0;
     nlohmann::json per_worker = nlohmann::json::array();
     uint64_t raw_bytes = 0, sent_bytes = 0;
+    uint64_t raw_value_bytes = 0, sent_value_bytes = 0;
     nlohmann::json sent_by_codec = nlohmann::json::object();
     for (auto& [rank, r] : reports) {
       raw_bytes += r.value("raw_bytes", uint64_t{0});
       sent_bytes += r.value("sent_bytes", uint64_t{0});
+      raw_value_bytes += r.value("raw_value_bytes", uint64_t{0});
+      sent_value_bytes += r.value("sent_value_bytes", uint64_t{0});
       if (r.contains("sent_by_codec")) {
         for (const auto& [codec, bytes] : r["sent_by_codec"].items()) {
           sent_by_codec[codec] =
@@ -254,6 +257,13 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     summary["sent_by_codec"] = sent_by_codec;
     summary["compression_ratio"] =
         sent_bytes > 0 ? static_cast<double>(raw_bytes) / sent_bytes : 1.0;
+    // Gradient values only: keys are 8 bytes in every codec.
+    summary["gradient_value_bytes_raw"] = raw_value_bytes;
+    summary["gradient_value_bytes_sent"] = sent_value_bytes;
+    summary["value_compression_ratio"] =
+        sent_value_bytes > 0
+            ? static_cast<double>(raw_value_bytes) / sent_value_bytes
+            : 1.0;
     summary["loss_curve"] =
         reports[0].value("loss_curve", nlohmann::json::array());
     summary["warnings"] = reports[0].value("warnings", nlohmann::json::array());

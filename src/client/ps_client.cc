@@ -388,8 +388,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
                               ? encoding->spec
                               : nullptr;
   ErrorFeedback* feedback = spec != nullptr ? encoding->feedback : nullptr;
-  uint64_t raw_bytes = 0;
-  uint64_t sent_bytes = 0;
+  uint64_t raw_bytes = 0, raw_value_bytes = 0;
+  uint64_t sent_bytes = 0, sent_value_bytes = 0;
   const ShardMap& map = *impl_->shard_map;
   const uint32_t n = map.num_servers();
   std::vector<rpc::PushRequest> requests(n);
@@ -422,6 +422,7 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         g->set_dim(static_cast<uint32_t>(meta.dim));
         const auto slice = grad.values.subspan(offset, length);
         raw_bytes += slice.size() * sizeof(float);
+        raw_value_bytes += slice.size() * sizeof(float);
         if (spec == nullptr) {
           AssignBytes<float>(g->mutable_values(), slice);
         } else if (feedback != nullptr) {
@@ -437,6 +438,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         }
         if (spec != nullptr) g->set_codec(static_cast<uint32_t>(spec->kind));
         sent_bytes += g->values().size();
+        sent_value_bytes += g->values().size() -
+                            (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
         has_content[s] = true;
       }
       continue;
@@ -478,6 +481,7 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         std::memcpy(&v[i * dim], &values[pos * dim], dim * sizeof(float));
       }
       raw_bytes += k.size_bytes() + v.size_bytes();
+      raw_value_bytes += v.size_bytes();
       if (spec != nullptr) {
         std::string payload;
         const uint32_t d = static_cast<uint32_t>(dim);
@@ -495,6 +499,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         g->set_codec(static_cast<uint32_t>(spec->kind));
       }
       sent_bytes += g->keys().size() + g->values().size();
+      sent_value_bytes += g->values().size() -
+                          (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
       has_content[s] = true;
     }
   }
@@ -515,6 +521,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
   if (encoding != nullptr) {
     encoding->raw_bytes += raw_bytes;
     encoding->sent_bytes += sent_bytes;
+    encoding->raw_value_bytes += raw_value_bytes;
+    encoding->sent_value_bytes += sent_value_bytes;
   }
   return absl::OkStatus();
 }

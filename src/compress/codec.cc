@@ -53,32 +53,39 @@ ValueFormat FormatOf(CodecKind kind) {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
-// The int8 block an encoder writes for `spec` (0 for the other formats).
-uint32_t DenseBlock(const CodecSpec& spec) {
+// The int8 block an encoder writes for `spec`, dense or row set alike (0
+// for the other formats).
+uint32_t Int8Block(const CodecSpec& spec) {
   if (FormatOf(spec.kind) != ValueFormat::kInt8) return 0;
   return spec.int8_block != 0 ? spec.int8_block : kDefaultDenseInt8Block;
 }
-uint32_t RowBlock(const CodecSpec& spec, uint32_t dim) {
-  if (FormatOf(spec.kind) != ValueFormat::kInt8) return 0;
-  return spec.int8_block != 0 ? std::min(spec.int8_block, dim) : dim;
-}
 
-// Bytes of the values section: `values` values in segments of
-// `segment_length` (see the format in codec.h). `block` is only read for
-// int8, where it is >= 1.
-uint64_t ValueSectionBytes(ValueFormat format, uint64_t values,
-                           uint64_t segment_length, uint32_t block) {
+// The bytes each value takes in the values section, not counting int8
+// scales.
+uint64_t BytesPerValue(ValueFormat format) {
   switch (format) {
     case ValueFormat::kFp32:
-      return values * 4;
+      return 4;
     case ValueFormat::kFp16:
-      return values * 2;
+      return 2;
     case ValueFormat::kInt8:
-      if (values == 0) return 0;
-      return values / segment_length * CeilDiv(segment_length, block) * 4 +
-             values;
+      return 1;
   }
-  return 0;
+  return 4;
+}
+
+// int8 scales of `values` values in one segment: ceil(values / block).
+uint64_t ScaleCount(uint64_t values, uint32_t block) {
+  return CeilDiv(values, block);
+}
+
+// Bytes of the values section: `values` values, all in one segment (see the
+// format in codec.h). `block` is only read for int8, where it is >= 1.
+uint64_t ValueSectionBytes(ValueFormat format, uint64_t values,
+                           uint32_t block) {
+  const uint64_t scale_bytes =
+      format == ValueFormat::kInt8 ? ScaleCount(values, block) * 4 : 0;
+  return scale_bytes + values * BytesPerValue(format);
 }
 
 template <typename T>
@@ -144,10 +151,10 @@ float HalfToFloat(uint16_t h) {
 
 bool IsHalfFinite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
 
-// Writes the values section for `values`, cut into segments of
-// `segment_length` values (values.size() is a multiple of it).
+// Writes the values section for `values`, one segment: int8 blocks of
+// `block` values run across row boundaries.
 void PutValues(ValueFormat format, std::span<const float> values,
-               uint64_t segment_length, uint32_t block, char* out) {
+               uint32_t block, char* out) {
   switch (format) {
     case ValueFormat::kFp32:
       if (!values.empty()) std::memcpy(out, values.data(), values.size() * 4);
@@ -158,37 +165,32 @@ void PutValues(ValueFormat format, std::span<const float> values,
       }
       return;
     case ValueFormat::kInt8: {
-      if (values.empty()) return;
-      const uint64_t blocks = CeilDiv(segment_length, block);
+      const uint64_t count = values.size();
       char* scales = out;
-      char* quantized = out + values.size() / segment_length * blocks * 4;
+      char* quantized = out + ScaleCount(count, block) * 4;
       size_t scale_index = 0;
-      for (uint64_t segment = 0; segment < values.size();
-           segment += segment_length) {
-        for (uint64_t begin = 0; begin < segment_length; begin += block) {
-          const uint64_t end =
-              std::min<uint64_t>(begin + block, segment_length);
-          float max_abs = 0;
-          bool finite = true;
-          for (uint64_t i = segment + begin; i < segment + end; ++i) {
-            finite = finite && std::isfinite(values[i]);
-            max_abs = std::max(max_abs, std::abs(values[i]));
+      for (uint64_t begin = 0; begin < count; begin += block) {
+        const uint64_t end = std::min<uint64_t>(begin + block, count);
+        float max_abs = 0;
+        bool finite = true;
+        for (uint64_t i = begin; i < end; ++i) {
+          finite = finite && std::isfinite(values[i]);
+          max_abs = std::max(max_abs, std::abs(values[i]));
+        }
+        // A NaN scale makes the decoder refuse the payload (codec.h).
+        const float scale = finite ? std::min(max_abs / 127.0f, kMaxInt8Scale)
+                                   : std::numeric_limits<float>::quiet_NaN();
+        Put<float>(scales + 4 * scale_index++, scale);
+        for (uint64_t i = begin; i < end; ++i) {
+          int8_t q = 0;
+          if (finite && scale > 0) {
+            // In double, x / scale is exact enough that rounding picks the
+            // nearest multiple of the scale.
+            const double r = std::round(static_cast<double>(values[i]) /
+                                        static_cast<double>(scale));
+            q = static_cast<int8_t>(std::clamp(r, -127.0, 127.0));
           }
-          // A NaN scale makes the decoder refuse the payload (codec.h).
-          const float scale = finite ? std::min(max_abs / 127.0f, kMaxInt8Scale)
-                                     : std::numeric_limits<float>::quiet_NaN();
-          Put<float>(scales + 4 * scale_index++, scale);
-          for (uint64_t i = segment + begin; i < segment + end; ++i) {
-            int8_t q = 0;
-            if (finite && scale > 0) {
-              // In double, x / scale is exact enough that rounding picks the
-              // nearest multiple of the scale.
-              const double r = std::round(static_cast<double>(values[i]) /
-                                          static_cast<double>(scale));
-              q = static_cast<int8_t>(std::clamp(r, -127.0, 127.0));
-            }
-            quantized[i] = static_cast<char>(q);
-          }
+          quantized[i] = static_cast<char>(q);
         }
       }
       return;
@@ -202,11 +204,10 @@ absl::Status Invalid(std::string_view what) {
       "gradient payload: ", absl::string_view(what.data(), what.size())));
 }
 
-// Checks every value of a values section holding `count` values in segments
-// of `segment_length` (the section's size was checked by the caller).
+// Checks every value of a values section holding `count` values in one
+// segment (the section's size was checked by the caller).
 absl::Status CheckValues(ValueFormat format, const char* section,
-                         uint64_t count, uint64_t segment_length,
-                         uint32_t block) {
+                         uint64_t count, uint32_t block) {
   switch (format) {
     case ValueFormat::kFp32:
       for (uint64_t i = 0; i < count; ++i) {
@@ -226,9 +227,7 @@ absl::Status CheckValues(ValueFormat format, const char* section,
       }
       return absl::OkStatus();
     case ValueFormat::kInt8: {
-      if (count == 0) return absl::OkStatus();
-      const uint64_t scales =
-          count / segment_length * CeilDiv(segment_length, block);
+      const uint64_t scales = ScaleCount(count, block);
       for (uint64_t i = 0; i < scales; ++i) {
         const float scale = Get<float>(section + 4 * i);
         // Written so that NaN fails too.
@@ -254,7 +253,7 @@ absl::Status CheckValues(ValueFormat format, const char* section,
 // section, in order.
 template <typename Store>
 void ForEachValue(ValueFormat format, const char* section, uint64_t count,
-                  uint64_t segment_length, uint32_t block, Store store) {
+                  uint32_t block, Store store) {
   switch (format) {
     case ValueFormat::kFp32:
       for (uint64_t i = 0; i < count; ++i) {
@@ -267,20 +266,15 @@ void ForEachValue(ValueFormat format, const char* section, uint64_t count,
       }
       return;
     case ValueFormat::kInt8: {
-      if (count == 0) return;
-      const uint64_t blocks = CeilDiv(segment_length, block);
-      const char* quantized = section + count / segment_length * blocks * 4;
-      // Walks segments and blocks as PutValues wrote them: scales in order.
+      const char* quantized = section + ScaleCount(count, block) * 4;
+      // Walks the blocks as PutValues wrote them: scales in order.
       const char* scale = section;
-      for (uint64_t segment = 0; segment < count; segment += segment_length) {
-        for (uint64_t begin = 0; begin < segment_length; begin += block) {
-          const float s = Get<float>(scale);
-          scale += 4;
-          const uint64_t end =
-              std::min<uint64_t>(begin + block, segment_length);
-          for (uint64_t i = segment + begin; i < segment + end; ++i) {
-            store(i, static_cast<float>(static_cast<int8_t>(quantized[i])) * s);
-          }
+      for (uint64_t begin = 0; begin < count; begin += block) {
+        const float s = Get<float>(scale);
+        scale += 4;
+        const uint64_t end = std::min<uint64_t>(begin + block, count);
+        for (uint64_t i = begin; i < end; ++i) {
+          store(i, static_cast<float>(static_cast<int8_t>(quantized[i])) * s);
         }
       }
       return;
@@ -398,7 +392,7 @@ void WriteDense(CodecKind kind, uint32_t length, uint32_t block,
   const ValueFormat format = FormatOf(kind);
   const uint64_t m = values.size();
   payload->resize(kPayloadHeaderBytes + indices.size() * 4 +
-                  ValueSectionBytes(format, m, m, block));
+                  ValueSectionBytes(format, m, block));
   char* p = payload->data();
   PutHeader(p, kind, PayloadLayout::kDense, length, static_cast<uint32_t>(m),
             block);
@@ -407,7 +401,7 @@ void WriteDense(CodecKind kind, uint32_t length, uint32_t block,
     Put<uint32_t>(p, index);
     p += 4;
   }
-  PutValues(format, values, m, block, p);
+  PutValues(format, values, block, p);
 }
 
 void WriteRows(CodecKind kind, uint32_t dim, uint32_t block,
@@ -415,13 +409,13 @@ void WriteRows(CodecKind kind, uint32_t dim, uint32_t block,
                std::string* payload) {
   const ValueFormat format = FormatOf(kind);
   payload->resize(kPayloadHeaderBytes + keys.size() * 8 +
-                  ValueSectionBytes(format, rows.size(), dim, block));
+                  ValueSectionBytes(format, rows.size(), block));
   char* p = payload->data();
   PutHeader(p, kind, PayloadLayout::kRows, static_cast<uint32_t>(keys.size()),
             dim, block);
   p += kPayloadHeaderBytes;
   if (!keys.empty()) std::memcpy(p, keys.data(), keys.size() * 8);
-  PutValues(format, rows, dim, block, p + keys.size() * 8);
+  PutValues(format, rows, block, p + keys.size() * 8);
 }
 
 }  // namespace
@@ -488,6 +482,16 @@ GradientShape ShapeOfRows(uint32_t dim, std::span<const float> rows) {
   return shape;
 }
 
+uint64_t PayloadAddressBytes(std::string_view payload) {
+  if (payload.size() < kPayloadHeaderBytes) return payload.size();
+  const auto layout = static_cast<PayloadLayout>(payload[3]);
+  uint32_t count = 0;
+  std::memcpy(&count, payload.data() + 4, sizeof(count));  // little-endian
+  return kPayloadHeaderBytes +
+         (layout == PayloadLayout::kRows ? uint64_t{count} * sizeof(uint64_t)
+                                         : 0);
+}
+
 uint64_t EncodedSize(const CodecSpec& spec, const GradientShape& shape) {
   const ValueFormat format = FormatOf(spec.kind);
   const bool sparse = IsSparse(spec.kind);
@@ -497,17 +501,16 @@ uint64_t EncodedSize(const CodecSpec& spec, const GradientShape& shape) {
           : shape.count;
   if (shape.layout == PayloadLayout::kDense) {
     return kPayloadHeaderBytes + (sparse ? sent * 4 : 0) +
-           ValueSectionBytes(format, sent, sent, DenseBlock(spec));
+           ValueSectionBytes(format, sent, Int8Block(spec));
   }
   return kPayloadHeaderBytes + sent * 8 +
-         ValueSectionBytes(format, sent * shape.dim, shape.dim,
-                           RowBlock(spec, shape.dim));
+         ValueSectionBytes(format, sent * shape.dim, Int8Block(spec));
 }
 
 void EncodeDense(const CodecSpec& spec, std::span<const float> values,
                  std::string* payload) {
   const auto length = static_cast<uint32_t>(values.size());
-  const uint32_t block = DenseBlock(spec);
+  const uint32_t block = Int8Block(spec);
   if (!IsSparse(spec.kind)) {
     WriteDense(spec.kind, length, block, {}, values, payload);
     return;
@@ -526,7 +529,7 @@ void EncodeDense(const CodecSpec& spec, std::span<const float> values,
 void EncodeRows(const CodecSpec& spec, uint32_t dim,
                 std::span<const uint64_t> keys, std::span<const float> rows,
                 std::string* payload) {
-  const uint32_t block = RowBlock(spec, dim);
+  const uint32_t block = Int8Block(spec);
   if (!IsSparse(spec.kind)) {
     WriteRows(spec.kind, dim, block, keys, rows, payload);
     return;
@@ -571,7 +574,7 @@ absl::Status DecodeDense(std::string_view payload, std::span<float> out) {
   // m <= n < 2^32: no overflow below.
   const uint64_t index_bytes = sparse ? m * 4 : 0;
   const uint64_t needed = kPayloadHeaderBytes + index_bytes +
-                          ValueSectionBytes(format, m, m, header->block);
+                          ValueSectionBytes(format, m, header->block);
   if (absl::Status s =
           CheckLength(payload, needed, absl::StrCat(m, " entries"));
       !s.ok()) {
@@ -592,18 +595,18 @@ absl::Status DecodeDense(std::string_view payload, std::span<float> out) {
       }
     }
   }
-  if (absl::Status s = CheckValues(format, values, m, m, header->block);
+  if (absl::Status s = CheckValues(format, values, m, header->block);
       !s.ok()) {
     return s;
   }
   // Everything is checked; only now is `out` written.
   if (sparse) {
     std::fill(out.begin(), out.end(), 0.0f);
-    ForEachValue(format, values, m, m, header->block, [&](uint64_t j, float v) {
+    ForEachValue(format, values, m, header->block, [&](uint64_t j, float v) {
       out[Get<uint32_t>(indices + 4 * j)] = v;
     });
   } else {
-    ForEachValue(format, values, m, m, header->block,
+    ForEachValue(format, values, m, header->block,
                  [&](uint64_t i, float v) { out[i] = v; });
   }
   return absl::OkStatus();
@@ -620,29 +623,36 @@ absl::Status DecodeRows(std::string_view payload, uint32_t dim, size_t max_rows,
     return Invalid(absl::StrCat("row width ", width, ", expected ", dim));
   }
   if (width == 0) return Invalid("row width 0");
-  if (header->block > width) {
-    return Invalid(absl::StrCat("int8 block size ", header->block,
-                                " wider than the rows (", width, ")"));
-  }
+  // Any int8 block in 1..2^32-1 is valid (ParseHeader refused 0): blocks run
+  // across row boundaries, so the block is not bounded by the row width.
   if (count > max_rows) {
     return Invalid(
         absl::StrCat(count, " rows, more than the ", max_rows, " allowed"));
   }
-  // Bounded by 8 + 4 * 2^32 + 4 * 2^32: no overflow. The row count is
-  // checked against the room in the payload by division, since count * row
-  // bytes could overflow.
-  const uint64_t row_bytes =
-      8 + ValueSectionBytes(format, width, width, header->block);
+  // Each row takes a key and `width` values, at least 8 + width bytes (int8
+  // scales are shared by the whole row set and come on top). Bounded by
+  // 8 + 4 * 2^32: no overflow. The row count is checked against the room in
+  // the payload by division, since count * row bytes could overflow; once
+  // it fits, count * width <= payload.size(), so the exact size below (at
+  // most about 5 * payload.size()) cannot overflow either.
+  const bool int8 = format == ValueFormat::kInt8;
+  const uint64_t row_bytes = 8 + width * BytesPerValue(format);
   const uint64_t room = (payload.size() - kPayloadHeaderBytes) / row_bytes;
   if (count > room) {
     return Invalid(absl::StrCat("truncated: ", payload.size(), " bytes hold ",
-                                room, " rows of ", row_bytes,
-                                " bytes, the header says ", count));
+                                room, " rows of ", int8 ? "at least " : "",
+                                row_bytes, " bytes, the header says ", count));
   }
   const uint64_t values = count * width;
+  // The scale count is implied: ceil(count * width / block) for int8.
+  const uint64_t needed = kPayloadHeaderBytes + count * 8 +
+                          ValueSectionBytes(format, values, header->block);
   if (absl::Status s =
-          CheckLength(payload, kPayloadHeaderBytes + count * row_bytes,
-                      absl::StrCat(count, " rows"));
+          CheckLength(payload, needed,
+                      int8 ? absl::StrCat(count, " rows with ",
+                                          ScaleCount(values, header->block),
+                                          " int8 scales")
+                           : absl::StrCat(count, " rows"));
       !s.ok()) {
     return s;
   }
@@ -656,14 +666,14 @@ absl::Status DecodeRows(std::string_view payload, uint32_t dim, size_t max_rows,
     return Invalid(absl::StrCat("duplicate key ", *dup));
   }
   if (absl::Status s =
-          CheckValues(format, value_section, values, width, header->block);
+          CheckValues(format, value_section, values, header->block);
       !s.ok()) {
     return s;
   }
   keys->resize(count);
   if (count > 0) std::memcpy(keys->data(), key_section, count * 8);
   rows->resize(values);
-  ForEachValue(format, value_section, values, width, header->block,
+  ForEachValue(format, value_section, values, header->block,
                [&](uint64_t i, float v) { (*rows)[i] = v; });
   return absl::OkStatus();
 }

@@ -43,8 +43,8 @@
 //   8      4     u32 width: dense, the entries m stored (m = n unless the
 //                           kind is sparse, then m <= n);
 //                           row set, the row width d (>= 1)
-//   12     4     u32 block: int8 kinds, values per scale (>= 1; row sets
-//                           <= d); other kinds 0
+//   12     4     u32 block: int8 kinds, values per scale (>= 1, dense and
+//                           row sets alike); other kinds 0
 //   16           sections:
 //     dense, sparse kinds:  m x u32 index, strictly increasing, < n
 //     row set:              r x u64 key, pairwise distinct
@@ -54,12 +54,15 @@
 //       int8, sparse+int8:       S x f32 scale, finite, 0 <= scale <=
 //                                kMaxInt8Scale; then V x int8 in [-127, 127]
 //
-// int8 blocks: the values are cut into segments (dense: all V values form
-// one segment; row set: each row is a segment), each segment into blocks of
-// `block` values (the last one of a segment may be shorter); one scale per
-// block, in order, so S = segments * ceil(segment length / block). Encoders
-// use block = CodecSpec::int8_block, or 256 (dense) / d (row set, one scale
-// per row) when it is 0; for row sets a block larger than d is written as d.
+// int8 blocks: all V values form one segment, dense or row set alike (for a
+// row set, the r * d values of the rows in the payload, row-major; for
+// sparse+int8 those are the kept rows). So a block may run across row
+// boundaries and share its scale between rows. The segment is cut into
+// blocks of `block` values (the last one may be shorter); one scale per
+// block, in order, so S = ceil(V / block), 0 when V = 0. Encoders use
+// block = CodecSpec::int8_block, or kDefaultDenseInt8Block (256) when it is
+// 0. The decoder accepts any block in 1..2^32-1 and refuses a payload whose
+// length disagrees with S scales.
 //
 // Lifetime: every function only reads its inputs during the call.
 // Thread-safety: free functions without shared state; call from any thread.
@@ -93,14 +96,17 @@ struct CodecSpec {
   // Sparse kinds: the fraction of entries (dense) or rows (row sets) kept by
   // magnitude, in [0, 1]; 0 keeps every non-zero one. Ignored otherwise.
   double keep_fraction = 0;
-  // int8 kinds: values per scale; 0 = one scale per row (row sets) or per
-  // 256 values (dense). Ignored otherwise.
+  // int8 kinds: values per scale, across row boundaries for row sets; 0 =
+  // kDefaultDenseInt8Block (256), dense and row sets alike. Ignored
+  // otherwise.
   uint32_t int8_block = 0;
 };
 
 inline constexpr uint8_t kPayloadMagic = 0xC5;
 inline constexpr uint8_t kPayloadVersion = 1;
 inline constexpr size_t kPayloadHeaderBytes = 16;
+// The int8 block when CodecSpec::int8_block is 0, for dense tensors and row
+// sets alike (the name predates row sets sharing it).
 inline constexpr uint32_t kDefaultDenseInt8Block = 256;
 // The largest int8 scale: the largest float s with 127 * s finite.
 // FLT_MAX / 127 rounds up past it, so encoders cap the scale here; for
@@ -144,6 +150,11 @@ GradientShape ShapeOfRows(uint32_t dim, std::span<const float> rows);
 // this shape. EncodedSize({kNone}, shape) is the uncompressed size (fp32
 // values, plus the keys of a row set, plus the header).
 uint64_t EncodedSize(const CodecSpec& spec, const GradientShape& shape);
+
+// The bytes of a payload this library wrote that address the gradient
+// rather than carry it: the header, and a row set's keys. (Counters report
+// gradient bytes without them: keys are the same 8 bytes in every codec.)
+uint64_t PayloadAddressBytes(std::string_view payload);
 
 // Encodes a dense tensor into *payload (replacing its contents).
 // values.size() < 2^32.

@@ -105,6 +105,8 @@ PushEncoding* PushCodec::Prepare(std::span<const GradientShape> parts,
 void PushCodec::Finished(double seconds) {
   raw_bytes_ += encoding_.raw_bytes;
   sent_bytes_ += encoding_.sent_bytes;
+  raw_value_bytes_ += encoding_.raw_value_bytes;
+  sent_value_bytes_ += encoding_.sent_value_bytes;
   chooser_.RecordTransfer(encoding_.sent_bytes, seconds);
   auto it = std::find_if(sent_by_codec_.begin(), sent_by_codec_.end(),
                          [&](const auto& e) { return e.first == codec_; });

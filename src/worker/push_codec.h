@@ -48,6 +48,9 @@ class PushCodec {
 
   uint64_t raw_bytes() const { return raw_bytes_; }
   uint64_t sent_bytes() const { return sent_bytes_; }
+  // Without keys and payload headers (PayloadAddressBytes).
+  uint64_t raw_value_bytes() const { return raw_value_bytes_; }
+  uint64_t sent_value_bytes() const { return sent_value_bytes_; }
   const std::string& codec() const { return codec_; }
   const std::string& reason() const { return reason_; }
   // Bytes sent per codec name.
@@ -73,6 +76,8 @@ class PushCodec {
   PushEncoding encoding_;
   uint64_t raw_bytes_ = 0;
   uint64_t sent_bytes_ = 0;
+  uint64_t raw_value_bytes_ = 0;
+  uint64_t sent_value_bytes_ = 0;
   std::string codec_ = "none";
   std::string reason_;
   std::vector<std::pair<std::string, uint64_t>> sent_by_codec_;

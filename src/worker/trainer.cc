@@ -497,6 +497,8 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   report.busy_fraction = busy_s / std::max(report.train_s, 1e-9);
   report.raw_bytes = (*codec)->raw_bytes();
   report.sent_bytes = (*codec)->sent_bytes();
+  report.raw_value_bytes = (*codec)->raw_value_bytes();
+  report.sent_value_bytes = (*codec)->sent_value_bytes();
   report.sent_by_codec = (*codec)->sent_by_codec();
   report.last_loss = mean_recent();
   report.malformed_records += (*train)->stats().malformed;
@@ -535,6 +537,8 @@ std::string ReportToJson(const TrainReport& report) {
                       {"device", report.device},
                       {"raw_bytes", report.raw_bytes},
                       {"sent_bytes", report.sent_bytes},
+                      {"raw_value_bytes", report.raw_value_bytes},
+                      {"sent_value_bytes", report.sent_value_bytes},
                       {"loss_curve", report.loss_curve},
                       {"warnings", report.warnings},
                       {"samples", report.samples},

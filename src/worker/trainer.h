@@ -49,6 +49,8 @@ struct TrainReport {
   std::string device;        // DeviceProfile::Describe()
   uint64_t raw_bytes = 0;    // gradient payloads as fp32
   uint64_t sent_bytes = 0;   // as sent (compress.codec)
+  uint64_t raw_value_bytes = 0;   // the same without keys and headers
+  uint64_t sent_value_bytes = 0;
   std::vector<std::pair<std::string, uint64_t>> sent_by_codec;
   // (step, mean loss of the last 50 batches) every 20 steps.
   std::vector<std::pair<uint64_t, double>> loss_curve;

@@ -120,6 +120,11 @@ TEST(TrainingTest, Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc) {
   EXPECT_EQ(int8.summary["gradient_bytes_raw"],
             fp32.summary["gradient_bytes_raw"]);
   EXPECT_GT(int8.summary["compression_ratio"].get<double>(), 2.5);
+  // The gradient values alone: int8 with one f32 scale per 256 values.
+  EXPECT_EQ(fp32.summary["gradient_value_bytes_raw"],
+            int8.summary["gradient_value_bytes_raw"]);
+  EXPECT_GT(int8.summary["value_compression_ratio"].get<double>(), 3.8);
+  EXPECT_LT(int8.summary["value_compression_ratio"].get<double>(), 4.0);
   EXPECT_GT(int8.summary["sent_by_codec"]["int8"].get<uint64_t>(), 0u);
   EXPECT_NEAR(int8.summary["test_auc"].get<double>(),
               fp32.summary["test_auc"].get<double>(), 0.005);

@@ -113,17 +113,21 @@ TEST(ChooseCodecTest, MostlyZeroGradientGoesSparseWithoutLoss) {
 
 TEST(ChooseCodecTest, RowSetsAndMultiTensorPushes) {
   // 100 rows of 16: none 16 + 100 x (8 + 64) = 7216, fp16 16 + 100 x 40 =
-  // 4016, int8 (a scale per row) 16 + 100 x 28 = 2816, top-k 16 + 28k.
+  // 4016, int8 (1600 values share ceil(1600 / 256) = 7 scales) 16 + 100 x 8
+  // + 7 x 4 + 1600 = 2444, top-k k rows 16 + 24k + 4 ceil(16k / 256).
   const GradientShape rows{
       .layout = PayloadLayout::kRows, .dim = 16, .count = 100, .nonzero = 100};
+  EXPECT_EQ(EncodedSize({.kind = CodecKind::kInt8}, rows), 2444u);
   EXPECT_EQ(Choose(7216 * 8, {rows}).spec.kind, CodecKind::kNone);
   EXPECT_EQ(Choose(4016 * 8, {rows}).spec.kind, CodecKind::kFp16);
-  EXPECT_EQ(Choose(2816 * 8, {rows}).spec.kind, CodecKind::kInt8);
-  // 1000 B: 16 + 28k <= 1000 up to k = 35.
+  EXPECT_EQ(Choose(2444 * 8, {rows}).spec.kind, CodecKind::kInt8);
+  EXPECT_EQ(Choose(2443 * 8, {rows}).spec.kind, CodecKind::kSparseInt8);
+  // 1000 B: 16 + 24k + 4 ceil(k / 16) <= 1000 up to k = 40 (988 B; 41 rows
+  // take 1012).
   const CodecDecision topk = Choose(8000, {rows});
   EXPECT_EQ(topk.spec.kind, CodecKind::kSparseInt8);
-  EXPECT_EQ(KeptLimit(100, topk.spec.keep_fraction), 35u);
-  EXPECT_EQ(topk.encoded_bytes, 996u);
+  EXPECT_EQ(KeptLimit(100, topk.spec.keep_fraction), 40u);
+  EXPECT_EQ(topk.encoded_bytes, 988u);
 
   // Both tensors in one push share the codec and the budget.
   const std::vector<GradientShape> push = {kDense, rows};

@@ -115,6 +115,26 @@ float BlockScale(std::span<const float> block) {
   return max_abs / 127.0f;
 }
 
+// Checks the int8 bound for `values` quantized as one segment in blocks of
+// `block` (0 = kDefaultDenseInt8Block): each block's scale is recomputed
+// here from its max|x|, whatever row boundaries the block runs across.
+void ExpectInt8BlocksWithinBound(const std::vector<float>& values,
+                                 const std::vector<float>& decoded,
+                                 uint32_t block) {
+  ASSERT_EQ(decoded.size(), values.size());
+  const size_t b = block == 0 ? kDefaultDenseInt8Block : block;
+  for (size_t first = 0; first < values.size(); first += b) {
+    const size_t last = std::min(first + b, values.size());
+    const float scale = BlockScale(
+        std::span<const float>(values).subspan(first, last - first));
+    for (size_t i = first; i < last; ++i) {
+      SCOPED_TRACE(::testing::Message() << "value " << i << " in block at "
+                                        << first);
+      ExpectWithinInt8Bound(values[i], decoded[i], scale);
+    }
+  }
+}
+
 void SetU32(std::string* payload, size_t offset, uint32_t value) {
   ASSERT_LE(offset + 4, payload->size());
   std::memcpy(payload->data() + offset, &value, 4);
@@ -441,8 +461,8 @@ TEST(RowCodecTest, LosslessKindsAreExactForDim1And16) {
 }
 
 TEST(RowCodecTest, Fp16AndInt8StayWithinTheirBounds) {
-  for (uint32_t dim : {1u, 16u}) {
-    for (uint32_t block : {0u, 5u, 100u}) {
+  for (uint32_t dim : {1u, 9u, 16u}) {
+    for (uint32_t block : {0u, 1u, 5u, 9u, 100u, 5000u}) {
       SCOPED_TRACE(::testing::Message() << "dim " << dim << " block " << block);
       const std::vector<uint64_t> keys = Keys(40);
       std::vector<float> rows = RandomValues(40 * dim, 10 + dim);
@@ -462,20 +482,107 @@ TEST(RowCodecTest, Fp16AndInt8StayWithinTheirBounds) {
       const Rows int8 =
           RoundTripRows(Spec(CodecKind::kInt8, 0, block), dim, keys, rows);
       EXPECT_EQ(int8.keys, keys);
-      // Blocks never straddle rows; 0 and anything >= dim mean per row.
-      const uint32_t b = block == 0 ? dim : std::min(block, dim);
-      for (size_t r = 0; r < 40; ++r) {
-        for (uint32_t first = 0; first < dim; first += b) {
-          const uint32_t length = std::min(b, dim - first);
-          const float scale = BlockScale(
-              std::span<const float>(rows).subspan(r * dim + first, length));
-          for (uint32_t c = first; c < first + length; ++c) {
-            ExpectWithinInt8Bound(rows[r * dim + c], int8.values[r * dim + c],
-                                  scale);
-          }
-        }
-      }
+      // All 40 * dim values form one segment: blocks run across rows, and
+      // 0 means 256.
+      ExpectInt8BlocksWithinBound(rows, int8.values, block);
+      const uint32_t b = block == 0 ? 256 : block;
+      std::string payload;
+      EncodeRows(Spec(CodecKind::kInt8, 0, block), dim, keys, rows, &payload);
+      uint32_t header_block;
+      std::memcpy(&header_block, payload.data() + 12, 4);
+      EXPECT_EQ(header_block, b);  // not capped at the row width
+      EXPECT_EQ(payload.size(),
+                16 + 40 * 8 + (40 * dim + b - 1) / b * 4 + 40 * dim);
     }
+  }
+}
+
+TEST(RowCodecTest, Int8ScalesAreSharedAcrossRows) {
+  // d = 9, r = 100, block 256: 900 values share ceil(900 / 256) = 4 scales,
+  // not one per row.
+  const uint32_t dim = 9;
+  const std::vector<uint64_t> keys = Keys(100);
+  const std::vector<float> rows = RandomValues(100 * dim, 40);
+  for (uint32_t block : {0u, 256u}) {
+    SCOPED_TRACE(block);
+    const CodecSpec spec = Spec(CodecKind::kInt8, 0, block);
+    std::string payload;
+    EncodeRows(spec, dim, keys, rows, &payload);
+    EXPECT_EQ(payload.size(), 16u + 100 * 8 + 4 * 4 + 900);
+    EXPECT_EQ(payload.size(), 16u + 100 * 8 + (900 + 255) / 256 * 4 + 900);
+    EXPECT_EQ(EncodedSize(spec, ShapeOfRows(dim, rows)), payload.size());
+    // The scales are the blocks' max|x| / 127, blocks cut across rows.
+    for (size_t s = 0; s < 4; ++s) {
+      float scale;
+      std::memcpy(&scale, payload.data() + 16 + 800 + 4 * s, 4);
+      const size_t first = s * 256;
+      const size_t length = std::min<size_t>(256, 900 - first);
+      EXPECT_EQ(scale, BlockScale(std::span<const float>(rows).subspan(
+                           first, length)))
+          << "scale " << s;
+    }
+    const Rows out = RoundTripRows(spec, dim, keys, rows);
+    EXPECT_EQ(out.keys, keys);
+    ExpectInt8BlocksWithinBound(rows, out.values, 256);
+  }
+}
+
+TEST(RowCodecTest, Int8BlockSpanningRowsUsesTheLargerRowsScale) {
+  // dim 4, block 6: block 0 holds row 0 and the first half of row 1, block
+  // 1 the rest of row 1 and row 2. Row 0 is tiny, row 1 huge: the tiny row's
+  // error is bounded by the shared scale (row 1's max / 127), not its own.
+  const uint32_t dim = 4;
+  const std::vector<uint64_t> keys = {10, 20, 30};
+  const std::vector<float> rows = {0.001f, -0.002f, 0.0005f, 0.003f,  // tiny
+                                   1000.0f, -500.0f, 250.0f, -750.0f,  // huge
+                                   0.01f,   0.02f,   -0.03f,  0.04f};
+  const CodecSpec spec = Spec(CodecKind::kInt8, 0, 6);
+  std::string payload;
+  EncodeRows(spec, dim, keys, rows, &payload);
+  ASSERT_EQ(payload.size(), 16u + 3 * 8 + 2 * 4 + 12);
+  float scales[2];
+  std::memcpy(scales, payload.data() + 16 + 24, 8);
+  EXPECT_EQ(scales[0], 1000.0f / 127.0f);  // rows 0 and 1 (first half)
+  EXPECT_EQ(scales[1], 750.0f / 127.0f);   // row 1 (second half) and row 2
+  const Rows out = RoundTripRows(spec, dim, keys, rows);
+  ExpectInt8BlocksWithinBound(rows, out.values, 6);
+  // The tiny values are below half the shared scale: they decode as 0, an
+  // error within scale / 2 but far above their own row's scale / 2.
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(out.values[i], 0.0f) << i;
+    ExpectWithinInt8Bound(rows[i], out.values[i], scales[0]);
+  }
+  for (size_t i = 8; i < 12; ++i) {
+    EXPECT_EQ(out.values[i], 0.0f) << i;
+    ExpectWithinInt8Bound(rows[i], out.values[i], scales[1]);
+  }
+  // The huge row is exact to its scale: 1000 = 127 * scale.
+  EXPECT_FLOAT_EQ(out.values[4], 1000.0f);
+}
+
+TEST(RowCodecTest, SparseInt8BlocksRunOverTheKeptRows) {
+  const uint32_t dim = 9;
+  const std::vector<uint64_t> keys = Keys(100);
+  std::vector<float> rows = RandomValues(100 * dim, 41);
+  for (size_t r = 0; r < 100; ++r) {
+    for (uint32_t c = 0; c < dim; ++c) {
+      rows[r * dim + c] *= std::ldexp(1.0f, static_cast<int>(r % 5) * 2);
+    }
+  }
+  const Rows kept =
+      RoundTripRows(Spec(CodecKind::kSparseFp32, 0.3), dim, keys, rows);
+  ASSERT_EQ(kept.keys.size(), 30u);
+  for (uint32_t block : {0u, 7u, 20u}) {
+    SCOPED_TRACE(block);
+    const CodecSpec spec = Spec(CodecKind::kSparseInt8, 0.3, block);
+    std::string payload;
+    EncodeRows(spec, dim, keys, rows, &payload);
+    const uint32_t b = block == 0 ? 256 : block;
+    EXPECT_EQ(payload.size(), 16 + 30 * 8 + (270 + b - 1) / b * 4 + 270);
+    const Rows int8 = RoundTripRows(spec, dim, keys, rows);
+    EXPECT_EQ(int8.keys, kept.keys);
+    // Blocks of the 270 kept values, across the kept rows' boundaries.
+    ExpectInt8BlocksWithinBound(kept.values, int8.values, block);
   }
 }
 
@@ -582,10 +689,11 @@ std::string DensePayload(CodecKind kind, size_t n = 300) {
   return payload;
 }
 
-std::string RowPayload(CodecKind kind, uint32_t dim = 3, size_t n = 40) {
+std::string RowPayload(CodecKind kind, uint32_t dim = 3, size_t n = 40,
+                       uint32_t int8_block = 0) {
   std::vector<float> rows = RandomValues(n * dim, 31);
   std::string payload;
-  EncodeRows(Spec(kind, 0.5), dim, Keys(n), rows, &payload);
+  EncodeRows(Spec(kind, 0.5, int8_block), dim, Keys(n), rows, &payload);
   return payload;
 }
 
@@ -622,13 +730,19 @@ TEST(PayloadRefusalTest, EveryTruncationIsRefused) {
           StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")))
           << "dense prefix of " << length;
     }
-    const std::string rows = RowPayload(kind);
-    ASSERT_TRUE(DecodeRowsOf(rows, 3).ok());
-    for (size_t length = 0; length < rows.size(); ++length) {
-      ASSERT_THAT(
-          DecodeRowsOf(std::string_view(rows).substr(0, length), 3),
-          StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")))
-          << "row prefix of " << length;
+    // Row sets of width 3 and 9, int8 blocks that do and do not divide the
+    // row width (one scale for all, or several running across rows).
+    for (const auto& [dim, block] : std::vector<std::pair<uint32_t, uint32_t>>{
+             {3, 0}, {9, 0}, {9, 7}, {9, 18}, {3, 1}}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << " block " << block);
+      const std::string rows = RowPayload(kind, dim, 40, block);
+      ASSERT_TRUE(DecodeRowsOf(rows, dim).ok());
+      for (size_t length = 0; length < rows.size(); ++length) {
+        ASSERT_THAT(DecodeRowsOf(std::string_view(rows).substr(0, length), dim),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             HasSubstr("truncated")))
+            << "row prefix of " << length;
+      }
     }
   }
 }
@@ -669,11 +783,83 @@ TEST(PayloadRefusalTest, BadHeaderFieldsAreNamed) {
   EXPECT_THAT(DecodeDenseOf(no_block, 300),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("int8 block size 0")));
-  std::string wide_block = RowPayload(CodecKind::kInt8);
-  SetU32(&wide_block, 12, 4);
-  EXPECT_THAT(DecodeRowsOf(wide_block, 3),
+  std::string no_row_block = RowPayload(CodecKind::kSparseInt8);
+  SetU32(&no_row_block, 12, 0);
+  EXPECT_THAT(DecodeRowsOf(no_row_block, 3),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("int8 block size 4 wider than the rows (3)")));
+                       HasSubstr("int8 block size 0")));
+  std::string fp16_rows = RowPayload(CodecKind::kFp16);
+  SetU32(&fp16_rows, 12, 1);
+  EXPECT_THAT(DecodeRowsOf(fp16_rows, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("block size 1 set for codec fp16")));
+}
+
+TEST(PayloadRefusalTest, RowSetBlocksWiderThanTheRowsAreValid) {
+  // Blocks run across rows, so any block in 1..2^32-1 is valid for row sets.
+  const std::vector<float> rows = RandomValues(40 * 3, 32);
+  for (uint32_t block : {4u, 120u, 121u, 0xffffffffu}) {
+    SCOPED_TRACE(block);
+    const CodecSpec spec = Spec(CodecKind::kInt8, 0, block);
+    std::string payload;
+    EncodeRows(spec, 3, Keys(40), rows, &payload);
+    EXPECT_EQ(payload.size(),
+              16u + 40 * 8 + (120 + uint64_t{block} - 1) / block * 4 + 120);
+    std::vector<uint64_t> keys;
+    std::vector<float> values;
+    ASSERT_TRUE(DecodeRows(payload, 3, 40, &keys, &values).ok());
+    ExpectInt8BlocksWithinBound(rows, values, block);
+  }
+}
+
+TEST(PayloadRefusalTest, RowSetScaleCountMustBeCeilOfValuesOverBlock) {
+  // d = 9, r = 10, block 4: 90 values need ceil(90 / 4) = 23 scales.
+  const uint32_t dim = 9;
+  const std::vector<float> rows = RandomValues(10 * dim, 33);
+  std::string good;
+  EncodeRows(Spec(CodecKind::kInt8, 0, 4), dim, Keys(10), rows, &good);
+  ASSERT_EQ(good.size(), 16u + 80 + 23 * 4 + 90);
+  ASSERT_TRUE(DecodeRowsOf(good, dim).ok());
+  const std::string keys = good.substr(0, 16 + 80);
+  const std::string scales = good.substr(16 + 80, 23 * 4);
+  const std::string quantized = good.substr(16 + 80 + 23 * 4);
+
+  // The old per-row layout: ceil(9 / 4) = 3 scales per row, 30 in all.
+  std::string per_row = keys + scales + std::string(7 * 4, '\0') + quantized;
+  EXPECT_THAT(DecodeRowsOf(per_row, dim),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("28 trailing bytes after 10 rows with 23 "
+                                 "int8 scales")));
+  // One scale too many, one too few.
+  EXPECT_THAT(DecodeRowsOf(keys + scales + std::string(4, '\0') + quantized,
+                           dim),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("4 trailing bytes")));
+  EXPECT_THAT(DecodeRowsOf(keys + scales.substr(4) + quantized, dim),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("truncated: 274 bytes, but 10 rows with 23 "
+                                 "int8 scales need 278")));
+  // A header block that implies another scale count: 9 (10 scales), 3 (30).
+  std::string block9 = good;
+  SetU32(&block9, 12, 9);
+  EXPECT_THAT(DecodeRowsOf(block9, dim),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("52 trailing bytes after 10 rows with 10 "
+                                 "int8 scales")));
+  std::string block3 = good;
+  SetU32(&block3, 12, 3);
+  EXPECT_THAT(DecodeRowsOf(block3, dim),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("truncated: 278 bytes, but 10 rows with 30 "
+                                 "int8 scales need 306")));
+  // The same for sparse+int8.
+  std::string sparse;
+  EncodeRows(Spec(CodecKind::kSparseInt8, 0, 4), dim, Keys(10), rows, &sparse);
+  ASSERT_EQ(sparse.size(), good.size());
+  sparse.insert(16 + 80, std::string(4, '\0'));
+  EXPECT_THAT(DecodeRowsOf(sparse, dim),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("4 trailing bytes")));
 }
 
 TEST(PayloadRefusalTest, CountsThatDisagreeWithThePayloadAreRefused) {

@@ -81,7 +81,7 @@ TEST(BatchPlannerTest, ReplansOnlyPastTheThreshold) {
 TEST(BatchPlannerTest, FixedPlansAndProfileOverrides) {
   JobConfig config = Proportional(2, 50);
   config.planner.batch_plan = "fixed";
-  config.device_profiles = {{.ranks = {1}, .batch_size = 7, .push_freq = 3}};
+  config.device_profiles = {{.ranks = {1}, .batch_size = 7, .push_freq = 3, .slowdowns = {}}};
   BatchPlanner planner(config, 100);
   ASSERT_TRUE(planner.Update({{.throughput = 1000}, {.throughput = 100}}));
   EXPECT_EQ(planner.plan()[0].batch_size, 50u);

@@ -23,8 +23,8 @@ TEST(WindowControllerTest, InitialWindowFromKnownThroughputs) {
   EXPECT_EQ(InitialWindow(config, t), 17u);
   // From the device profiles, the same.
   config.device_profiles = {
-      {.ranks = {0, 1, 2}, .throughput = 1000},
-      {.ranks = {3, 4, 5, 6, 7, 8, 9}, .throughput = 300}};
+      {.ranks = {0, 1, 2}, .throughput = 1000, .slowdowns = {}},
+      {.ranks = {3, 4, 5, 6, 7, 8, 9}, .throughput = 300, .slowdowns = {}}};
   EXPECT_EQ(ProfiledThroughputs(config), t);
   EXPECT_EQ(InitialWindow(config, ProfiledThroughputs(config)), 17u);
 }

@@ -41,7 +41,7 @@ TEST(DeviceProfileTest, SlowDownScheduleAndLabel) {
 }
 
 TEST(DeviceProfileTest, OversizedBatchFailsAsOutOfMemory) {
-  DeviceProfileConfig p{.ranks = {0}, .memory_mb = 1};
+  DeviceProfileConfig p{.ranks = {0}, .memory_mb = 1, .slowdowns = {}};
   const DeviceProfile dev(&p, 1024, Clock::now());
   EXPECT_TRUE(dev.CheckMemory(1024).ok());  // exactly 1 MB
   const absl::Status oom = dev.CheckMemory(1025);
@@ -51,7 +51,8 @@ TEST(DeviceProfileTest, OversizedBatchFailsAsOutOfMemory) {
 }
 
 TEST(DeviceProfileTest, PaceAndThrottleTakeTheEmulatedTime) {
-  DeviceProfileConfig p{.ranks = {0}, .throughput = 1000, .bandwidth_mbps = 8};
+  DeviceProfileConfig p{
+      .ranks = {0}, .throughput = 1000, .bandwidth_mbps = 8, .slowdowns = {}};
   const DeviceProfile dev(&p, 0, Clock::now());
   auto t0 = Clock::now();
   dev.Pace(50, t0);  // 50 samples at 1000/s: 50 ms
