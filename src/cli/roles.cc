@@ -58,13 +58,17 @@ int RunServerRole(const JobConfig& config, int rank) {
   }
   // The server's own record of the consistency it kept.
   const AggregatorStats st = (*node)->ps().aggregator_stats();
-  spdlog::info(
-      "aggregator: {} pushes, {} applies ({} by window, {} by all workers, {} "
-      "by time), max staleness {}, pulls held by the bound {}, max pull lead "
-      "{} clocks (window {}), bound violations {}",
-      st.pushes, st.applies, st.applies_by_window, st.applies_by_all,
-      st.applies_by_time, st.max_staleness, st.ssp_waits, st.max_pull_lead,
-      st.window, st.bound_violations);
+  if (config.mode != ConsistencyMode::kSemiAsync) {
+    spdlog::info("aggregator: {} pushes, {} applies", st.pushes, st.applies);
+  } else {
+    spdlog::info(
+        "aggregator: {} pushes, {} applies ({} by window, {} by all workers, "
+        "{} by time), max staleness {}, pulls held by the bound {}, max pull "
+        "lead {} clocks (window {}), bound violations {}",
+        st.pushes, st.applies, st.applies_by_window, st.applies_by_all,
+        st.applies_by_time, st.max_staleness, st.ssp_waits, st.max_pull_lead,
+        st.window, st.bound_violations);
+  }
   return kExitOk;
 }
 
