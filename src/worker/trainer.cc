@@ -350,8 +350,7 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
                      recent_loss.size();
   };
   auto last_log = start;
-  double pull_s = 0;  // time inside pulls: not busy
-  double busy_s = 0;  // the rest of each step
+  double busy_s = 0;  // time outside pulls
   // Samples per busy second over the last few seconds (exponentially
   // decayed, time constant kThroughputTau): what the planner re-plans from,
   // so a slow-down shows within seconds, not diluted by the whole run.
@@ -448,7 +447,6 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
         }
       }
       const double step_s = SecondsSince(began);
-      pull_s += pulled;
       busy_s += step_s - pulled;
       const double decay = std::exp(-step_s / kThroughputTau);
       recent_samples = recent_samples * decay + static_cast<double>(*n);
