@@ -224,18 +224,21 @@ grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("worker rank ", request->rank(), " out of range"));
   }
-  ++workers_[request->rank()].chunks_done;
+  WorkerState& worker = workers_[request->rank()];
+  worker.lease.reset();  // asking again: the last chunk is done
   if (!tail_.empty()) {
     *response = tail_.front();
     tail_.pop_front();
+    worker.lease = *response;
+    ++worker.chunks_done;
     return grpc::Status::OK;
   }
   const uint64_t total = uint64_t{chunks_} * config_.train.epochs;
   if (chunks_given_ >= total) {
-    --workers_[request->rank()].chunks_done;
     response->set_done(true);
     return grpc::Status::OK;
   }
+  ++worker.chunks_done;
   const uint32_t chunk = static_cast<uint32_t>(chunks_given_ % chunks_);
   const uint32_t epoch = static_cast<uint32_t>(chunks_given_ / chunks_);
   ++chunks_given_;
@@ -252,6 +255,7 @@ grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
       tail_.push_back(part);
     }
   }
+  worker.lease = *response;
   return grpc::Status::OK;
 }
 
@@ -375,6 +379,14 @@ bool Coordinator::RemoveWorker(uint32_t rank, const std::string& reason) {
   ++epoch_;
   spdlog::info("worker {} left the live set (epoch {}): {}", rank, epoch_,
                reason);
+  if (w.lease) {
+    spdlog::info(
+        "chunk {} of {} (epoch {}) that worker {} was training goes back to "
+        "the queue",
+        w.lease->chunk(), w.lease->chunks(), w.lease->epoch() + 1, rank);
+    tail_.push_front(*w.lease);
+    w.lease.reset();
+  }
   return true;
 }
 

@@ -14,7 +14,9 @@
 //    hands them out in order, epoch after epoch, to whichever worker asks,
 //    so faster workers train on more of them. The job's last 2 × workers
 //    chunks are handed out in quarters, so the job does not wait at the end
-//    for a slow worker's whole chunk.
+//    for a slow worker's whole chunk. A worker holds its chunk until it asks
+//    for the next; one that dies with a chunk gives it back to the queue
+//    (the part it already trained is trained again).
 //  - Control (semi_async and planned batches): a thread reads the servers'
 //    queue statistics every semi_async.adapt_every_s, lets the
 //    WindowController adjust the window (sent to the servers with the live
@@ -106,6 +108,9 @@ class Coordinator final : public rpc::Coordinator::Service {
     double memory_mb = 0;
     bool emulated = false;
     uint64_t chunks_done = 0;
+    // The chunk it is training (handed out, not yet followed by another
+    // request): back to the queue if the worker dies.
+    std::optional<rpc::ChunkResponse> lease;
     uint64_t staleness = 0;  // from the servers' last statistics
     uint64_t raw_bytes = 0;
     uint64_t sent_bytes = 0;
@@ -142,7 +147,8 @@ class Coordinator final : public rpc::Coordinator::Service {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   const uint32_t chunks_;
   uint64_t chunks_given_ ABSL_GUARDED_BY(mu_) = 0;  // over all epochs
-  // Quarters of the last chunks, not yet handed out.
+  // Chunks to hand out before the next new one: quarters of the job's last
+  // chunks and chunks given back by dead workers.
   std::deque<rpc::ChunkResponse> tail_ ABSL_GUARDED_BY(mu_);
   WindowController window_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> window_changes_ ABSL_GUARDED_BY(mu_);

@@ -56,5 +56,38 @@ TEST(CoordinatorChunksTest, EveryRecordOnceAndTheTailInQuarters) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST(CoordinatorChunksTest, ADeadWorkersChunkGoesBackToTheQueue) {
+  JobConfig config;
+  config.cluster.workers = 2;
+  config.cluster.ps_endpoints = {"127.0.0.1:1"};
+  config.train.epochs = 1;
+  config.train.data.chunks = 64;
+  // No server listens: the membership broadcast of the Leave gives up fast.
+  config.client.connect_deadline_s = 0.2;
+  Coordinator coordinator(config);
+  rpc::ChunkRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  rpc::ChunkResponse held, next;
+  request.set_rank(1);
+  ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &held).ok());
+  // Worker 1 leaves as a crash would (not after asking for more).
+  rpc::LeaveRequest leave;
+  leave.set_protocol_version(kProtocolVersion);
+  leave.set_rank(1);
+  leave.set_reason("no heartbeat for 10s");
+  rpc::LeaveResponse left;
+  ASSERT_TRUE(coordinator.Leave(nullptr, &leave, &left).ok());
+  request.set_rank(0);
+  ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &next).ok());
+  EXPECT_EQ(next.chunk(), held.chunk());
+  EXPECT_EQ(next.chunks(), held.chunks());
+  EXPECT_EQ(next.epoch(), held.epoch());
+  // A worker that asked for its next chunk before leaving gives nothing
+  // back: the chunk after `next` is a new one.
+  rpc::ChunkResponse after;
+  ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &after).ok());
+  EXPECT_EQ(after.chunk(), held.chunk() + 1);
+}
+
 }  // namespace
 }  // namespace hetps
