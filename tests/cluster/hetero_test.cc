@@ -181,7 +181,10 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
     const int rank = w["rank"].get<int>();
     EXPECT_EQ(w["live"], true) << rank;
     EXPECT_EQ(w["emulated"], true) << rank;
-    EXPECT_EQ(w["batch_size"], rank < 2 ? 80 : 20) << rank;
+    // 4:1 of the 200 per step by the profiles (80/20); re-planned from the
+    // measured speeds when a worker cannot keep up with its profile (a
+    // sanitizer build), so within a few samples of that.
+    EXPECT_NEAR(w["batch_size"].get<double>(), rank < 2 ? 80 : 20, 6) << rank;
     EXPECT_EQ(w["push_freq"], 1) << rank;
     EXPECT_GT(w["clock"].get<uint64_t>(), 0u) << rank;
     EXPECT_GT(w["busy_fraction"].get<double>(), 0.3) << rank;
