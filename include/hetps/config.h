@@ -203,6 +203,23 @@ struct TrainConfig {
   double eval_every_s = 0;
 };
 
+// Server checkpoints (docs/CHECKPOINTS.md): each server writes its tables
+// with their optimizer state (rank 0 also the job's data progress) to
+// `dir`/server-<rank>/ckpt-<seq>/, atomically and with a checksum per file.
+struct CheckpointConfig {
+  std::string dir;  // empty: no checkpoints
+  // Save after every this many applied rounds (sync: rounds; async: pushes;
+  // semi_async: queue applies). 0: only when asked (`hetps save`).
+  uint64_t every_rounds = 0;
+  int keep = 2;  // newest checkpoints kept per server; older ones deleted
+  // Servers start from the newest checkpoint that verifies (a corrupt or
+  // partial one is refused, naming the file, and the one before is used).
+  bool resume = false;
+  // launch: how many times a server that dies (killed, crashed) is
+  // restarted from its checkpoint before the job is stopped. Needs `dir`.
+  int max_server_restarts = 3;
+};
+
 struct JobConfig {
   std::string name = "hetps-job";
   ClusterConfig cluster;
@@ -217,6 +234,7 @@ struct JobConfig {
   ServerOptions server;
   ClientOptions client;
   TrainConfig train;
+  CheckpointConfig checkpoint;
   std::string log_level = "info";
 
   int num_servers() const;

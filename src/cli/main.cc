@@ -4,6 +4,8 @@
 //   hetps server --config C --rank R    one server (multi-host runs)
 //   hetps worker --config C --rank R    one worker
 //   hetps status --coordinator HOST:PORT [--json]
+//   hetps save --coordinator HOST:PORT  every server writes a checkpoint now
+//   hetps export --checkpoint-dir D --out DIR   the model for serving
 //
 // Exit codes: 0 done, 1 a role failed, 2 configuration error, 130 Ctrl-C.
 #include <malloc.h>
@@ -111,6 +113,29 @@ int main(int argc, char** argv) {
     role->add_option("--rank", rank,
                      "rank of this role (else from the environment)");
   }
+  // Checkpoint flags: shorthands for the checkpoint.* fields.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
+  bool resume = false;
+  for (CLI::App* role : {launch, server}) {
+    role->add_option("--checkpoint-dir", checkpoint_dir,
+                     "write checkpoints here (checkpoint.dir)");
+    role->add_option("--checkpoint-every", checkpoint_every,
+                     "save every N applied rounds (checkpoint.every_rounds)");
+    role->add_flag("--resume", resume,
+                   "start from the newest checkpoint that verifies "
+                   "(checkpoint.resume)");
+  }
+
+  auto* save = app.add_subcommand(
+      "save", "make every server of a running job write a checkpoint now");
+  auto* export_model = app.add_subcommand(
+      "export", "write the model of a job's newest checkpoints for serving");
+  std::string export_out;
+  export_model->add_option("--checkpoint-dir", checkpoint_dir,
+                           "the job's checkpoint.dir")->required();
+  export_model->add_option("--out", export_out, "output directory")
+      ->required();
 
   auto* gen = app.add_subcommand(
       "gen-data", "write Criteo-format data drawn from a hidden teacher model");
@@ -138,6 +163,8 @@ int main(int argc, char** argv) {
   status->add_option("--coordinator", coordinator,
                      "host:port of server 0")->required();
   status->add_flag("--json", json, "print JSON");
+  save->add_option("--coordinator", coordinator, "host:port of server 0")
+      ->required();
 
   try {
     app.parse(argc, argv);
@@ -147,7 +174,19 @@ int main(int argc, char** argv) {
   }
 
   if (*status) return hetps::RunStatus(coordinator, json);
+  if (*save) return hetps::RunSave(coordinator);
+  if (*export_model) return hetps::RunExport(checkpoint_dir, export_out);
   if (*gen) return hetps::RunGenData(gen_config, gen_out);
+
+  if (!checkpoint_dir.empty()) {
+    overrides.push_back("checkpoint.dir=" +
+                        std::filesystem::absolute(checkpoint_dir).string());
+  }
+  if (checkpoint_every > 0) {
+    overrides.push_back("checkpoint.every_rounds=" +
+                        std::to_string(checkpoint_every));
+  }
+  if (resume) overrides.push_back("checkpoint.resume=true");
 
   auto config = BuildConfig(config_path, overrides);
   if (!config.ok()) return ConfigError(std::string(config.status().message()));

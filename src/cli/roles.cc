@@ -17,10 +17,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/process_group.h"
+#include "common/channel.h"
 #include "common/logging.h"
+#include "hetps/version.h"
 #include "common/ports.h"
 #include "coord/coordinator.h"
 #include "nlohmann/json.hpp"
+#include "server/checkpoint.h"
 #include "server/server_node.h"
 #include "worker/trainer.h"
 
@@ -171,6 +174,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   }
 
   int finished = 0;
+  int server_restarts = 0;
   std::vector<int> failed_workers;
   auto last_status = Clock::now();
   while (finished < workers) {
@@ -182,8 +186,29 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     }
     if (!exit) continue;
     if (absl::StartsWith(exit->label, "server")) {
-      return fail(absl::StrCat(exit->label, " exited with code ",
-                               exit->exit_code, " while workers run"));
+      // A server that dies while workers run comes back from its newest
+      // checkpoint; the workers retry their calls meanwhile.
+      if (config.checkpoint.dir.empty() ||
+          server_restarts >= config.checkpoint.max_server_restarts) {
+        return fail(absl::StrCat(
+            exit->label, " exited with code ", exit->exit_code,
+            " while workers run",
+            config.checkpoint.dir.empty()
+                ? " (no checkpoint.dir to restart it from)"
+                : " (checkpoint.max_server_restarts reached)"));
+      }
+      ++server_restarts;
+      const int rank = std::stoi(exit->label.substr(strlen("server ")));
+      spdlog::warn("{} died (exit code {}); restarting it from its newest "
+                   "checkpoint ({} of checkpoint.max_server_restarts = {})",
+                   exit->label, exit->exit_code, server_restarts,
+                   config.checkpoint.max_server_restarts);
+      std::vector<std::string> argv = child_args("server", rank);
+      argv.push_back("--set");
+      argv.push_back("checkpoint.resume=true");
+      auto pid = group.Spawn(exit->label, argv);
+      if (!pid.ok()) return fail(std::string(pid.status().message()));
+      continue;
     }
     if (exit->exit_code != 0) {
       // Rank 0 evaluates the model: the job cannot end well without it.
@@ -202,6 +227,8 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     }
     ++finished;
   }
+  // The coordinator's count of the data trained, before the servers stop.
+  const auto final_status = QueryStatus(config.cluster.ps_endpoints[0], 10.0);
   for (const ChildExit& exit : group.StopAll(std::chrono::seconds(10))) {
     if (exit.exit_code != 0) {
       spdlog::error("{} exited with code {} at shutdown", exit.label,
@@ -272,6 +299,12 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
         reports[0].value("loss_curve", nlohmann::json::array());
     summary["warnings"] = reports[0].value("warnings", nlohmann::json::array());
     summary["failed_workers"] = failed_workers;
+    summary["server_restarts"] = server_restarts;
+    if (final_status.ok()) {
+      summary["finished_chunks"] = final_status->finished_chunks();
+      summary["finished_samples"] = final_status->finished_samples();
+      summary["requeued_chunks"] = final_status->requeued_chunks();
+    }
     summary["emulated"] = !config.device_profiles.empty();
     summary["malformed_records"] = malformed;
     summary["model"] = config.train.model;
@@ -452,6 +485,45 @@ int RunStatus(const std::string& coordinator_endpoint, bool json) {
   for (const std::string& change : status->window_changes()) {
     std::printf("window change: %s\n", change.c_str());
   }
+  return kExitOk;
+}
+
+int RunSave(const std::string& coordinator_endpoint) {
+  auto status = QueryStatus(coordinator_endpoint, 10.0);
+  if (!status.ok()) {
+    std::fprintf(stderr, "hetps save: %s\n",
+                 std::string(status.status().message()).c_str());
+    return kExitFailure;
+  }
+  int failed = 0;
+  for (const rpc::ServerStatus& server : status->servers()) {
+    auto stub = rpc::ParameterServer::NewStub(
+        MakeChannel(server.endpoint(), 64 << 20));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+    rpc::SaveRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    rpc::SaveResponse response;
+    const grpc::Status st = stub->Save(&ctx, request, &response);
+    if (st.ok()) {
+      std::printf("server %u: %s\n", server.rank(), response.path().c_str());
+    } else {
+      ++failed;
+      std::fprintf(stderr, "hetps save: server %u (%s): %s\n", server.rank(),
+                   server.endpoint().c_str(), st.error_message().c_str());
+    }
+  }
+  return failed == 0 ? kExitOk : kExitFailure;
+}
+
+int RunExport(const std::string& checkpoint_dir, const std::string& out_dir) {
+  auto exported = ExportModel(checkpoint_dir, out_dir);
+  if (!exported.ok()) {
+    std::fprintf(stderr, "hetps export: %s\n",
+                 std::string(exported.status().message()).c_str());
+    return kExitFailure;
+  }
+  std::printf("%s\n", exported->dump(2).c_str());
   return kExitOk;
 }
 

@@ -49,4 +49,12 @@ int RunGenData(const CriteoGenConfig& config, const std::string& path);
 // Prints the coordinator's view of a running job.
 int RunStatus(const std::string& coordinator_endpoint, bool json);
 
+// Asks every server of a running job to write a checkpoint now; prints the
+// paths.
+int RunSave(const std::string& coordinator_endpoint);
+
+// Writes the model of the newest verified checkpoints under
+// `checkpoint_dir` to `out_dir` (docs/CHECKPOINTS.md, "Export").
+int RunExport(const std::string& checkpoint_dir, const std::string& out_dir);
+
 }  // namespace hetps

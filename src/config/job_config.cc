@@ -192,6 +192,15 @@ void Fields(TrainConfig& c, Visit&& visit) {
 }
 
 template <typename Visit>
+void Fields(CheckpointConfig& c, Visit&& visit) {
+  visit("dir", c.dir);
+  visit("every_rounds", c.every_rounds);
+  visit("keep", c.keep);
+  visit("resume", c.resume);
+  visit("max_server_restarts", c.max_server_restarts);
+}
+
+template <typename Visit>
 void Fields(JobConfig& c, Visit&& visit) {
   visit("name", c.name);
   visit("cluster", c.cluster);
@@ -205,6 +214,7 @@ void Fields(JobConfig& c, Visit&& visit) {
   visit("server", c.server);
   visit("client", c.client);
   visit("train", c.train);
+  visit("checkpoint", c.checkpoint);
   visit("log_level", c.log_level);
 }
 
@@ -810,6 +820,17 @@ absl::Status ValidateTables(const std::vector<TableConfig>& tables) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateCheckpoint(const CheckpointConfig& c) {
+  CONFIG_RETURN_IF_ERROR(CheckAtLeast("checkpoint.keep", c.keep, 1));
+  CONFIG_RETURN_IF_ERROR(CheckAtLeast("checkpoint.max_server_restarts",
+                                      c.max_server_restarts, 0));
+  if (c.dir.empty() && (c.every_rounds > 0 || c.resume)) {
+    return Invalid("checkpoint.dir: must be set for ",
+                   c.resume ? "checkpoint.resume" : "checkpoint.every_rounds");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -869,6 +890,7 @@ absl::Status ValidateJobConfig(JobConfig& config) {
                                       config.cluster.max_worker_failures, 0));
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("log_level", "level", config.log_level, kLogLevels));
+  CONFIG_RETURN_IF_ERROR(ValidateCheckpoint(config.checkpoint));
 
   return ValidateTables(config.tables);
 }

@@ -225,7 +225,11 @@ grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
         absl::StrCat("worker rank ", request->rank(), " out of range"));
   }
   WorkerState& worker = workers_[request->rank()];
-  worker.lease.reset();  // asking again: the last chunk is done
+  if (worker.lease) {  // asking again: the last chunk is done
+    ++finished_chunks_;
+    finished_samples_ += request->finished_samples();
+    worker.lease.reset();
+  }
   if (!tail_.empty()) {
     *response = tail_.front();
     tail_.pop_front();
@@ -257,6 +261,31 @@ grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
   }
   worker.lease = *response;
   return grpc::Status::OK;
+}
+
+rpc::JobProgress Coordinator::SaveProgress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  rpc::JobProgress progress;
+  progress.set_chunks_given(chunks_given_);
+  progress.set_finished_chunks(finished_chunks_);
+  progress.set_finished_samples(finished_samples_);
+  for (const WorkerState& w : workers_) {
+    if (w.lease) *progress.add_pending() = *w.lease;
+  }
+  for (const rpc::ChunkResponse& c : tail_) *progress.add_pending() = c;
+  return progress;
+}
+
+void Coordinator::RestoreProgress(const rpc::JobProgress& progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  chunks_given_ = progress.chunks_given();
+  finished_chunks_ = progress.finished_chunks();
+  finished_samples_ = progress.finished_samples();
+  tail_.assign(progress.pending().begin(), progress.pending().end());
+  spdlog::info(
+      "data progress restored: {} of {} chunks handed out, {} to hand out "
+      "again",
+      chunks_given_, uint64_t{chunks_} * config_.train.epochs, tail_.size());
 }
 
 void Coordinator::Replan() {
@@ -386,6 +415,7 @@ bool Coordinator::RemoveWorker(uint32_t rank, const std::string& reason) {
         w.lease->chunk(), w.lease->chunks(), w.lease->epoch() + 1, rank);
     tail_.push_front(*w.lease);
     w.lease.reset();
+    ++requeued_chunks_;
   }
   return true;
 }
@@ -466,6 +496,9 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
     }
     const absl::Time now = absl::Now();
     response->set_elapsed_s(absl::ToDoubleSeconds(now - started_));
+    response->set_finished_chunks(finished_chunks_);
+    response->set_finished_samples(finished_samples_);
+    response->set_requeued_chunks(requeued_chunks_);
     for (uint32_t r = 0; r < workers_.size(); ++r) {
       const WorkerState& w = workers_[r];
       rpc::WorkerStatus* ws = response->add_workers();
@@ -662,10 +695,12 @@ absl::Status CoordinatorClient::HeartbeatNow() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<rpc::ChunkResponse> CoordinatorClient::NextChunk() {
+absl::StatusOr<rpc::ChunkResponse> CoordinatorClient::NextChunk(
+    uint64_t finished_samples) {
   rpc::ChunkRequest request;
   request.set_protocol_version(kProtocolVersion);
   request.set_rank(rank_);
+  request.set_finished_samples(finished_samples);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(config_.client.rpc_timeout_s));
   ctx.set_wait_for_ready(true);

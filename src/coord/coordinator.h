@@ -69,6 +69,11 @@ class Coordinator final : public rpc::Coordinator::Service {
   // Stops the watcher and wakes every waiting Barrier (UNAVAILABLE).
   void Stop();
 
+  // The data progress a checkpoint keeps (rpc::JobProgress): chunks held by
+  // workers count as not handed out, so a resumed job trains them again.
+  rpc::JobProgress SaveProgress() const;
+  void RestoreProgress(const rpc::JobProgress& progress);
+
   grpc::Status Register(grpc::ServerContext* context,
                         const rpc::RegisterRequest* request,
                         rpc::RegisterResponse* response) override;
@@ -150,6 +155,9 @@ class Coordinator final : public rpc::Coordinator::Service {
   // Chunks to hand out before the next new one: quarters of the job's last
   // chunks and chunks given back by dead workers.
   std::deque<rpc::ChunkResponse> tail_ ABSL_GUARDED_BY(mu_);
+  uint64_t finished_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t finished_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t requeued_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   WindowController window_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> window_changes_ ABSL_GUARDED_BY(mu_);
   BatchPlanner planner_ ABSL_GUARDED_BY(mu_);
@@ -196,8 +204,9 @@ class CoordinatorClient {
   rpc::BatchPlan plan() const;
   // Sends one heartbeat now (the first plan arrives before training).
   absl::Status HeartbeatNow();
-  // The next chunk of the train split; `done` when there is none left.
-  absl::StatusOr<rpc::ChunkResponse> NextChunk();
+  // The next chunk of the train split (`done` when there is none left);
+  // `finished_samples` were trained from the chunk held until now.
+  absl::StatusOr<rpc::ChunkResponse> NextChunk(uint64_t finished_samples);
   absl::Status Barrier(const std::string& name);
   // Stops heartbeats and leaves the live set.
   absl::Status Leave(const std::string& reason);

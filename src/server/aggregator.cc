@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -35,9 +36,12 @@ class LiveSet {
   uint64_t epoch() const { return epoch_; }
 
   // Clocks: pushes received per worker (live or not).
-  void NoteClock(uint32_t w, uint64_t clock) {
+  // Returns true when the clock of `w` grew.
+  bool NoteClock(uint32_t w, uint64_t clock) {
     uint64_t& c = clocks_[w];
-    c = std::max(c, clock);
+    if (clock <= c) return false;
+    c = clock;
+    return true;
   }
   uint64_t ClockOf(uint32_t w) const {
     auto it = clocks_.find(w);
@@ -121,6 +125,7 @@ class AsyncAggregator final : public Aggregator {
   explicit AsyncAggregator(uint32_t num_workers) : live_(num_workers) {}
 
   absl::Status Push(const PushView& push) override {
+    std::shared_lock<std::shared_mutex> applying(apply_mu_);
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto [it, inserted] = next_clock_.try_emplace(push.worker_id, 0);
@@ -152,6 +157,11 @@ class AsyncAggregator final : public Aggregator {
     return applied_.load(std::memory_order_relaxed);
   }
 
+  void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
+    std::unique_lock<std::shared_mutex> exclusive(apply_mu_);
+    fn(applied_rounds());
+  }
+
   AggregatorStats Stats() const override {
     AggregatorStats stats;
     stats.pushes = stats.applies = applied_.load(std::memory_order_relaxed);
@@ -162,6 +172,8 @@ class AsyncAggregator final : public Aggregator {
   }
 
  private:
+  // Pushes apply concurrently (shared); RunBetweenApplies is exclusive.
+  std::shared_mutex apply_mu_;
   mutable std::mutex mu_;
   absl::flat_hash_map<uint32_t, uint64_t> next_clock_;  // guarded by mu_
   LiveSet live_;                                        // guarded by mu_
@@ -206,6 +218,7 @@ class SyncAggregator final : public Aggregator {
                          const std::function<bool()>& cancelled) override {
     std::unique_lock<std::mutex> lock(mu_);
     ++pulls_;
+    if (live_.NoteClock(worker_id, clock)) CloseReadyRounds();
     while (applied_ < clock) {
       if (cancelled && cancelled()) {
         return absl::CancelledError("pull cancelled by the caller");
@@ -231,6 +244,11 @@ class SyncAggregator final : public Aggregator {
   uint64_t applied_rounds() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return applied_;
+  }
+
+  void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn(applied_);
   }
 
   AggregatorStats Stats() const override {
@@ -263,25 +281,34 @@ class SyncAggregator final : public Aggregator {
     return missing;
   }
 
-  // Applies, in order, every round whose live workers have all contributed.
+  // Applies, in order, every round that every live worker has moved past
+  // (its clock, from pushes and pulls, is beyond the round). A round nobody
+  // pushed here closes empty: this server restarted from a checkpoint and
+  // its workers are further on (see aggregator.h).
   // Applying under the lock is deliberate: in sync mode nobody may proceed
   // before the round is in the tables anyway.
   // REQUIRES: mu_ held.
   void CloseReadyRounds() {
-    bool closed = false;
-    for (auto it = rounds_.find(applied_); it != rounds_.end();
-         it = rounds_.find(applied_)) {
-      Round& round = it->second;
-      const bool complete = std::all_of(
-          live_.workers().begin(), live_.workers().end(),
-          [&](uint32_t w) { return round.contributors.contains(w); });
-      if (!complete) break;
-      round.sum.Apply();
-      rounds_.erase(it);
+    const uint64_t first = applied_;
+    uint64_t empty = 0;
+    while (!live_.workers().empty() && live_.SlowestLiveClock() > applied_) {
+      auto it = rounds_.find(applied_);
+      if (it != rounds_.end()) {
+        it->second.sum.Apply();
+        rounds_.erase(it);
+      } else {
+        ++empty;
+      }
       ++applied_;
-      closed = true;
     }
-    if (!closed) return;
+    if (applied_ == first) return;
+    if (empty > 0) {
+      spdlog::warn(
+          "sync: {} of rounds {}..{} had no pushes on this server (it "
+          "restarted from a checkpoint while the workers went on): closed "
+          "empty",
+          empty, first, applied_ - 1);
+    }
     // Forget dedup records older than the last applied round: a retry can
     // only repeat a push whose reply was lost, i.e. one of the latest round.
     rounds_seen_.erase(rounds_seen_.begin(),
@@ -349,6 +376,7 @@ class SemiAsyncAggregator final : public Aggregator {
                          const std::function<bool()>& cancelled) override {
     std::unique_lock<std::mutex> lock(mu_);
     ++stats_.pulls;
+    live_.NoteClock(worker_id, clock);
     const absl::Time start = options_.now();
     bool waited = false;
     while (true) {
@@ -398,6 +426,11 @@ class SemiAsyncAggregator final : public Aggregator {
   uint64_t applied_rounds() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return applied_;
+  }
+
+  void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn(applied_);
   }
 
   void SetWindow(uint32_t window) override {

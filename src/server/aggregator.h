@@ -18,6 +18,12 @@
 // Pushes are idempotent per (worker, clock): a retried push that already
 // arrived is acknowledged and not applied again.
 //
+// A worker's clock is known from its pushes and its pulls (a pull at clock c
+// follows c pushes). A server restarted from a checkpoint starts with no
+// clocks and no pending rounds while its workers are at round k: in sync
+// mode the rounds every live worker has moved past and nobody pushed here
+// (0..k-1) close empty, so the restarted server joins the job at round k.
+//
 // Thread-safety: all methods may be called concurrently (one gRPC handler
 // thread per request).
 #pragma once
@@ -116,6 +122,12 @@ class Aggregator {
 
   // Sync: rounds applied. Async: pushes applied. semi_async: queue applies.
   virtual uint64_t applied_rounds() const = 0;
+
+  // Runs `fn(applied_rounds())` while no gradient is being applied, so the
+  // tables it reads are between two updates (a checkpoint). Pushes and
+  // pulls wait meanwhile.
+  virtual void RunBetweenApplies(
+      const std::function<void(uint64_t)>& fn) = 0;
 
   // semi_async: the new window (>= 1); other modes ignore it.
   virtual void SetWindow(uint32_t) {}

@@ -403,4 +403,20 @@ grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status PsServer::Save(grpc::ServerContext*, const rpc::SaveRequest* request,
+                            rpc::SaveResponse* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "save");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  if (!save_) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "server ", rank_, ": no checkpoint.dir configured, nothing to save to")));
+  }
+  auto path = save_();
+  if (!path.ok()) return ToGrpcStatus(path.status());
+  response->set_path(*path);
+  return grpc::Status::OK;
+}
+
 }  // namespace hetps

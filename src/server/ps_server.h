@@ -14,6 +14,7 @@
 // Thread-safety: handlers run concurrently on gRPC's threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,18 @@ class PsServer final : public rpc::ParameterServer::Service {
   grpc::Status UpdateMembership(grpc::ServerContext* context,
                                 const rpc::MembershipUpdate* request,
                                 rpc::MembershipAck* response) override;
+  grpc::Status Save(grpc::ServerContext* context,
+                    const rpc::SaveRequest* request,
+                    rpc::SaveResponse* response) override;
+
+  // What Save calls (the server's Checkpointer); unset: FAILED_PRECONDITION.
+  void SetSaveHandler(std::function<absl::StatusOr<std::string>()> save) {
+    save_ = std::move(save);
+  }
+  // Aggregator::RunBetweenApplies.
+  void RunBetweenApplies(const std::function<void(uint64_t)>& fn) {
+    aggregator_->RunBetweenApplies(fn);
+  }
 
   // In-process access (tests, status). Null when absent.
   SparseTable* sparse_table(const std::string& name) const;
@@ -81,6 +94,7 @@ class PsServer final : public rpc::ParameterServer::Service {
   const std::unique_ptr<Aggregator> aggregator_;
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
   absl::flat_hash_map<std::string, std::unique_ptr<DenseTable>> dense_;
+  std::function<absl::StatusOr<std::string>()> save_;  // set before serving
 };
 
 // Builds the protobuf schema of a configured table.

@@ -1,8 +1,11 @@
 #include "server/server_node.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/logging.h"
+#include "hetps/version.h"
 
 namespace hetps {
 
@@ -21,6 +24,18 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
     node->coordinator_ = std::make_unique<Coordinator>(config);
     builder.RegisterService(node->coordinator_.get());
   }
+  if (!config.checkpoint.dir.empty()) {
+    node->checkpointer_ = std::make_unique<Checkpointer>(
+        config, rank, node->ps_.get(), node->coordinator_.get());
+    if (absl::Status s = node->checkpointer_->Restore(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("server ", rank,
+                                                 ": cannot resume: ",
+                                                 s.message()));
+    }
+    node->ps_->SetSaveHandler([c = node->checkpointer_.get()] {
+      return c->Save();
+    });
+  }
   node->server_ = builder.BuildAndStart();
   if (node->server_ == nullptr || node->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -28,6 +43,12 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
         " (address in use or not local?)"));
   }
   if (node->coordinator_) node->coordinator_->Start();
+  if (node->checkpointer_) node->checkpointer_->Start();
+  if (config.checkpoint.resume && rank != 0) {
+    node->membership_ = std::thread([n = node.get(), config] {
+      n->FetchMembership(config);
+    });
+  }
   spdlog::info("server {} serving {} tables in {} mode{}", rank,
                config.tables.size(), ConsistencyModeName(config.mode),
                rank == 0 ? ", coordinator here" : "");
@@ -41,10 +62,34 @@ void ServerNode::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   // Wake barriers first so that their handlers can finish.
   if (coordinator_) coordinator_->Stop();
+  if (checkpointer_) checkpointer_->Stop();
+  if (membership_.joinable()) membership_.join();
   if (server_) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     server_->Wait();
   }
+}
+
+void ServerNode::FetchMembership(const JobConfig& config) {
+  auto status =
+      QueryStatus(config.cluster.ps_endpoints.at(0), config.client.connect_deadline_s);
+  if (!status.ok()) {
+    spdlog::warn("server {}: no live set from the coordinator ({}); all "
+                 "workers count as live until the next change",
+                 ps_->rank(), status.status().message());
+    return;
+  }
+  std::vector<uint32_t> live;
+  for (const rpc::WorkerStatus& w : status->workers()) {
+    if (w.live()) live.push_back(w.rank());
+  }
+  rpc::MembershipUpdate update;
+  update.set_protocol_version(kProtocolVersion);
+  update.set_epoch(status->epoch());
+  update.set_window(static_cast<uint32_t>(std::max(0, status->window())));
+  for (uint32_t w : live) update.add_live_workers(w);
+  rpc::MembershipAck ack;
+  ps_->UpdateMembership(nullptr, &update, &ack);
 }
 
 }  // namespace hetps

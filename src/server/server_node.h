@@ -5,11 +5,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <thread>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "coord/coordinator.h"
 #include "hetps/config.h"
+#include "server/checkpoint.h"
 #include "server/ps_server.h"
 
 namespace hetps {
@@ -19,7 +21,9 @@ class ServerNode {
   // Builds rank `rank`'s tables and listens on `listen_address`
   // ("host:port"; port 0 picks a free one). `config` is validated and has
   // cluster.ps_endpoints filled in (the coordinator needs them).
-  // UNAVAILABLE when the address cannot be bound.
+  // UNAVAILABLE when the address cannot be bound. With checkpoint.resume
+  // the tables (and rank 0's data progress) come from the newest checkpoint
+  // that verifies; its error when none does (docs/CHECKPOINTS.md).
   static absl::StatusOr<std::unique_ptr<ServerNode>> Start(
       const JobConfig& config, uint32_t rank,
       const std::string& listen_address);
@@ -36,9 +40,15 @@ class ServerNode {
  private:
   ServerNode() = default;
 
+  // A restarted server learns which workers are still live (and the
+  // semi_async window) from the coordinator once it serves.
+  void FetchMembership(const JobConfig& config);
+
   std::unique_ptr<PsServer> ps_;
   std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Checkpointer> checkpointer_;  // null without checkpoint.dir
   std::unique_ptr<grpc::Server> server_;
+  std::thread membership_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -7,6 +7,7 @@
 #include <span>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "table/initializer.h"
 
 namespace hetps {
@@ -43,6 +44,27 @@ void DenseTable::Push(std::span<const float> grad) {
 uint64_t DenseTable::update_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return updates_;
+}
+
+DenseTable::Snapshot DenseTable::Save() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {.weights = weights_, .state = state_, .updates = updates_};
+}
+
+absl::Status DenseTable::Restore(Snapshot snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (snapshot.weights.size() != weights_.size() ||
+      snapshot.state.size() != state_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dense table ", config_.name, ": saved slice has ",
+        snapshot.weights.size(), " weights and ", snapshot.state.size(),
+        " state floats, this server holds ", weights_.size(), " and ",
+        state_.size()));
+  }
+  weights_ = std::move(snapshot.weights);
+  state_ = std::move(snapshot.state);
+  updates_ = snapshot.updates;
+  return absl::OkStatus();
 }
 
 }  // namespace hetps

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "hetps/config.h"
 #include "table/optimizer.h"
 
@@ -34,6 +35,18 @@ class DenseTable {
   void Push(std::span<const float> grad);
 
   uint64_t update_count() const;
+
+  // The slice with its optimizer state: what a checkpoint saves and
+  // restores.
+  struct Snapshot {
+    std::vector<float> weights;  // length() floats
+    std::vector<float> state;    // the optimizer's state of the slice
+    uint64_t updates = 0;
+  };
+  Snapshot Save() const;
+  // INVALID_ARGUMENT (table unchanged) when the sizes do not match this
+  // slice.
+  absl::Status Restore(Snapshot snapshot);
 
  private:
   const TableConfig config_;

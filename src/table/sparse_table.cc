@@ -375,15 +375,40 @@ bool SparseTable::Lookup(uint64_t key, std::span<float> out) const {
 void SparseTable::ForEachRow(
     const std::function<void(uint64_t, std::span<const float>, uint64_t)>& fn)
     const {
+  ForEachRowWithState([&](uint64_t key, std::span<const float> weights,
+                          std::span<const float>, uint64_t updates) {
+    fn(key, weights, updates);
+  });
+}
+
+void SparseTable::ForEachRowWithState(
+    const std::function<void(uint64_t, std::span<const float>,
+                             std::span<const float>, uint64_t)>& fn) const {
   const uint64_t dim = config_.dim;
   for (const auto& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe->mu);
     for (const auto& [key, slot] : stripe->index) {
       const float* row = Row(*stripe, slot);
       fn(key, std::span<const float>(row, dim),
+         std::span<const float>(row + dim, state_width_),
          LoadCount(row + dim + state_width_));
     }
   }
+}
+
+void SparseTable::RestoreRow(uint64_t key, std::span<const float> weights,
+                             std::span<const float> state,
+                             uint64_t update_count) {
+  Stripe& stripe = *stripes_[StripeOf(key)];
+  std::lock_guard<std::mutex> lock(stripe.mu);
+  const auto it = stripe.index.find(key);
+  float* row =
+      Row(stripe, it != stripe.index.end() ? it->second : CreateRow(stripe, key));
+  const uint64_t dim = config_.dim;
+  std::copy_n(weights.begin(), std::min<uint64_t>(dim, weights.size()), row);
+  std::copy_n(state.begin(), std::min<uint64_t>(state_width_, state.size()),
+              row + dim);
+  StoreCount(row + dim + state_width_, update_count);
 }
 
 }  // namespace hetps

@@ -55,6 +55,21 @@ class SparseTable {
   void ForEachRow(const std::function<void(uint64_t, std::span<const float>,
                                            uint64_t)>& fn) const;
 
+  // Floats of optimizer state per row.
+  uint64_t state_width() const { return state_width_; }
+
+  // As ForEachRow, with the row's optimizer state (state_width() floats):
+  // what a checkpoint saves.
+  void ForEachRowWithState(
+      const std::function<void(uint64_t, std::span<const float>,
+                               std::span<const float>, uint64_t)>& fn) const;
+
+  // Sets the row of `key` (created when missing) to `weights` (dim floats),
+  // `state` (state_width() floats) and `update_count`: what a checkpoint
+  // restores.
+  void RestoreRow(uint64_t key, std::span<const float> weights,
+                  std::span<const float> state, uint64_t update_count);
+
  private:
   struct Stripe;
   int StripeOf(uint64_t key) const;

@@ -375,8 +375,10 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   };
 
   int epoch = 0;  // epoch of the current chunk
+  uint64_t chunk_samples = 0;  // trained from the chunk in hand
   while (true) {
-    auto chunk = coordinator.NextChunk();
+    auto chunk = coordinator.NextChunk(chunk_samples);
+    chunk_samples = 0;
     if (!chunk.ok()) return chunk.status();
     if (chunk->done()) break;
     if (static_cast<int>(chunk->epoch()) > epoch) {
@@ -453,6 +455,7 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
       recent_busy_s = recent_busy_s * decay + (step_s - pulled);
       ++report.steps;
       report.samples += *n;
+      chunk_samples += *n;
       recent_loss.push_back(loss / *n);
       if (recent_loss.size() > 50) recent_loss.pop_front();
       if (report.steps % kLossCurveEvery == 0) {

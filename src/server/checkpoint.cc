@@ -1,0 +1,653 @@
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "coord/coordinator.h"
+#include "server/ps_server.h"
+
+namespace hetps {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kSparseMagic[8] = {'H', 'P', 'S', 'P', 'A', 'R', 'S', '1'};
+constexpr char kDenseMagic[8] = {'H', 'P', 'D', 'E', 'N', 'S', 'E', '1'};
+constexpr const char* kProgressFile = "coordinator.pb";
+constexpr size_t kWriteBuffer = 1 << 20;
+
+std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+absl::Status FsyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat(path, ": open: ", ErrnoText()));
+  }
+  const int rc = ::fsync(fd);
+  const std::string error = rc == 0 ? "" : ErrnoText();
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat(path, ": fsync: ", error));
+  return absl::OkStatus();
+}
+
+// "ckpt-<seq>" → seq; nullopt for anything else (the .tmp of a write that
+// never finished included).
+std::optional<uint64_t> SeqOf(const std::string& name) {
+  if (name.size() <= 5 || !absl::StartsWith(name, "ckpt-")) return std::nullopt;
+  uint64_t seq;
+  if (!absl::SimpleAtoi(absl::string_view(name).substr(5), &seq)) {
+    return std::nullopt;
+  }
+  return seq;
+}
+
+std::string CheckpointName(uint64_t seq) {
+  return absl::StrFormat("ckpt-%08d", seq);
+}
+
+// Completed checkpoints (by name) in `server_dir`, newest first.
+std::vector<std::pair<uint64_t, std::string>> ListCheckpoints(
+    const std::string& server_dir) {
+  std::vector<std::pair<uint64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(server_dir, ec)) {
+    if (!entry.is_directory()) continue;
+    const std::string name = entry.path().filename().string();
+    if (auto seq = SeqOf(name)) found.emplace_back(*seq, entry.path().string());
+  }
+  std::sort(found.rbegin(), found.rend());
+  return found;
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing"));
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": unreadable"));
+  return bytes;
+}
+
+// The manifest's entry for `name`, or null.
+const nlohmann::json* FileEntry(const nlohmann::json& manifest,
+                                const std::string& name) {
+  for (const auto& f : manifest["files"]) {
+    if (f.value("name", "") == name) return &f;
+  }
+  return nullptr;
+}
+
+absl::Status CheckBytes(const std::string& path, const nlohmann::json& entry,
+                        const std::string& bytes) {
+  const uint64_t want_size = entry.value("bytes", uint64_t{0});
+  if (bytes.size() != want_size) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bytes.size(),
+                                            " bytes, the manifest says ",
+                                            want_size, " (truncated?)"));
+  }
+  const std::string got = Hex64(XXH64(bytes.data(), bytes.size(), 0));
+  if (got != entry.value("xxh64", "")) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": checksum ", got, " does not match the manifest's ",
+                     entry.value("xxh64", ""), " (corrupt)"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads fixed-size values from a table file, failing (not crashing) when
+// the file is shorter than its header says.
+class ByteReader {
+ public:
+  ByteReader(const std::string& bytes) : bytes_(bytes) {}
+  template <typename T>
+  bool Read(T* out, size_t count = 1) {
+    const size_t n = sizeof(T) * count;
+    if (bytes_.size() - pos_ < n) return false;
+    std::memcpy(out, bytes_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  size_t left() const { return bytes_.size() - pos_; }
+
+ private:
+  const std::string& bytes_;
+  size_t pos_ = 0;
+};
+
+std::string TableFileName(const TableConfig& table) {
+  return absl::StrCat("table-", table.name,
+                      table.kind == TableKind::kSparse ? ".sparse" : ".dense");
+}
+
+}  // namespace
+
+std::string ServerCheckpointDir(const std::string& root, uint32_t rank) {
+  return (fs::path(root) / absl::StrCat("server-", rank)).string();
+}
+
+// ---------------------------------------------------------------------------
+// Verifying and reading.
+
+absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
+  const std::string manifest_path = (fs::path(path) / kManifestName).string();
+  auto text = ReadWholeFile(manifest_path);
+  if (!text.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        manifest_path, ": missing (the checkpoint was not finished)"));
+  }
+  VerifiedCheckpoint ckpt;
+  ckpt.path = path;
+  ckpt.manifest = nlohmann::json::parse(*text, nullptr, false);
+  if (ckpt.manifest.is_discarded() || !ckpt.manifest.is_object() ||
+      ckpt.manifest.value("format", "") != kCheckpointFormat ||
+      !ckpt.manifest.contains("files") || !ckpt.manifest["files"].is_array()) {
+    return absl::DataLossError(absl::StrCat(
+        manifest_path, ": not a ", kCheckpointFormat, " manifest (corrupt)"));
+  }
+  ckpt.seq = ckpt.manifest.value("seq", uint64_t{0});
+  for (const auto& entry : ckpt.manifest["files"]) {
+    if (!entry.is_object() || !entry.contains("name")) {
+      return absl::DataLossError(
+          absl::StrCat(manifest_path, ": a file entry has no name (corrupt)"));
+    }
+    const std::string file =
+        (fs::path(path) / entry.value("name", "")).string();
+    auto bytes = ReadWholeFile(file);
+    if (!bytes.ok()) return absl::DataLossError(bytes.status().message());
+    if (absl::Status s = CheckBytes(file, entry, *bytes); !s.ok()) return s;
+  }
+  return ckpt;
+}
+
+absl::StatusOr<VerifiedCheckpoint> NewestCheckpoint(
+    const std::string& server_dir, std::vector<std::string>* refused) {
+  const auto found = ListCheckpoints(server_dir);
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(server_dir, ": no checkpoint yet"));
+  }
+  for (const auto& [seq, path] : found) {
+    auto ckpt = VerifyCheckpoint(path);
+    if (ckpt.ok()) return ckpt;
+    if (refused) refused->push_back(std::string(ckpt.status().message()));
+  }
+  return absl::DataLossError(absl::StrCat(
+      server_dir, ": none of its ", found.size(),
+      " checkpoints verifies (each refused above)"));
+}
+
+absl::StatusOr<std::string> ReadCheckpointFile(const VerifiedCheckpoint& ckpt,
+                                               const std::string& name) {
+  const std::string path = (fs::path(ckpt.path) / name).string();
+  const nlohmann::json* entry = FileEntry(ckpt.manifest, name);
+  if (entry == nullptr) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not listed in the manifest"));
+  }
+  auto bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return absl::DataLossError(bytes.status().message());
+  if (absl::Status s = CheckBytes(path, *entry, *bytes); !s.ok()) return s;
+  return bytes;
+}
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+CheckpointWriter::CheckpointWriter(std::string server_dir, uint64_t seq)
+    : server_dir_(std::move(server_dir)),
+      seq_(seq),
+      tmp_path_((fs::path(server_dir_) / (CheckpointName(seq) + ".tmp"))
+                    .string()) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(tmp_path_, ec);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Begin(
+    const std::string& server_dir, uint64_t seq) {
+  std::unique_ptr<CheckpointWriter> writer(new CheckpointWriter(server_dir, seq));
+  std::error_code ec;
+  fs::create_directories(server_dir, ec);
+  fs::remove_all(writer->tmp_path_, ec);
+  if (!fs::create_directory(writer->tmp_path_, ec) || ec) {
+    return absl::InternalError(absl::StrCat(
+        writer->tmp_path_, ": cannot create: ", ec.message()));
+  }
+  return writer;
+}
+
+absl::Status CheckpointWriter::AddFile(
+    const std::string& name, const std::function<void(const Append&)>& write) {
+  const std::string path = (fs::path(tmp_path_) / name).string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat(path, ": open: ", ErrnoText()));
+  }
+  XXH64_state_t* hash = XXH64_createState();
+  XXH64_reset(hash, 0);
+  uint64_t total = 0;
+  std::string buffer;
+  buffer.reserve(kWriteBuffer);
+  std::string error;
+  auto flush = [&] {
+    size_t done = 0;
+    while (error.empty() && done < buffer.size()) {
+      const ssize_t n = ::write(fd, buffer.data() + done, buffer.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) error = ErrnoText();
+      else done += static_cast<size_t>(n);
+    }
+    buffer.clear();
+  };
+  write([&](const void* data, size_t bytes) {
+    XXH64_update(hash, data, bytes);
+    total += bytes;
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const size_t take = std::min(bytes, kWriteBuffer - buffer.size());
+      buffer.append(p, take);
+      p += take;
+      bytes -= take;
+      if (buffer.size() == kWriteBuffer) flush();
+    }
+  });
+  flush();
+  if (error.empty() && ::fsync(fd) != 0) error = ErrnoText();
+  ::close(fd);
+  const uint64_t digest = XXH64_digest(hash);
+  XXH64_freeState(hash);
+  if (!error.empty()) {
+    return absl::InternalError(absl::StrCat(path, ": write: ", error));
+  }
+  files_.push_back({{"name", name}, {"bytes", total}, {"xxh64", Hex64(digest)}});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CheckpointWriter::Commit(nlohmann::json manifest) {
+  manifest["format"] = kCheckpointFormat;
+  manifest["seq"] = seq_;
+  manifest["files"] = files_;
+  const std::string text = manifest.dump(1);
+  const std::string manifest_path = (fs::path(tmp_path_) / kManifestName).string();
+  {
+    std::ofstream out(manifest_path, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      return absl::InternalError(absl::StrCat(manifest_path, ": write failed"));
+    }
+  }
+  if (absl::Status s = FsyncPath(manifest_path, O_RDONLY); !s.ok()) return s;
+  if (absl::Status s = FsyncPath(tmp_path_, O_RDONLY | O_DIRECTORY); !s.ok()) {
+    return s;
+  }
+  const std::string final_path =
+      (fs::path(server_dir_) / CheckpointName(seq_)).string();
+  std::error_code ec;
+  fs::remove_all(final_path, ec);
+  fs::rename(tmp_path_, final_path, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat(tmp_path_, ": rename to ", final_path, ": ", ec.message()));
+  }
+  committed_ = true;
+  if (absl::Status s = FsyncPath(server_dir_, O_RDONLY | O_DIRECTORY); !s.ok()) {
+    return s;
+  }
+  return final_path;
+}
+
+// ---------------------------------------------------------------------------
+// Export.
+
+absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
+                                           const std::string& out_dir) {
+  // Every server's newest verified checkpoint.
+  std::vector<VerifiedCheckpoint> ckpts;
+  int num_servers = -1;
+  for (uint32_t rank = 0;; ++rank) {
+    const std::string dir = ServerCheckpointDir(root, rank);
+    if (!fs::is_directory(dir)) break;
+    std::vector<std::string> refused;
+    auto ckpt = NewestCheckpoint(dir, &refused);
+    for (const std::string& r : refused) spdlog::warn("refused: {}", r);
+    if (!ckpt.ok()) return ckpt.status();
+    num_servers = ckpt->manifest.value("num_servers", -1);
+    ckpts.push_back(*std::move(ckpt));
+  }
+  if (ckpts.empty() || num_servers != static_cast<int>(ckpts.size())) {
+    return absl::NotFoundError(absl::StrCat(
+        root, ": expected server-0 .. server-", std::max(num_servers, 1) - 1,
+        " checkpoint directories, found ", ckpts.size()));
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(out_dir, ": ", ec.message()));
+  nlohmann::json model = {{"format", "hetps-model-1"},
+                          {"job", ckpts[0].manifest.value("job", "")},
+                          {"tables", nlohmann::json::array()},
+                          {"checkpoints", nlohmann::json::array()}};
+  for (const auto& c : ckpts) model["checkpoints"].push_back(c.path);
+  for (const auto& table : ckpts[0].manifest["tables"]) {
+    const std::string name = table.value("name", "");
+    const std::string kind = table.value("kind", "");
+    const uint64_t dim = table.value("dim", uint64_t{0});
+    const std::string file = table.value("file", "");
+    nlohmann::json entry = {{"name", name}, {"kind", kind}, {"dim", dim}};
+    if (kind == "sparse") {
+      std::vector<std::pair<uint64_t, std::vector<float>>> rows;
+      for (const auto& c : ckpts) {
+        auto bytes = ReadCheckpointFile(c, file);
+        if (!bytes.ok()) return bytes.status();
+        ByteReader in(*bytes);
+        char magic[8];
+        uint64_t header[2];
+        if (!in.Read(magic, 8) || !in.Read(header, 2) || header[0] != dim) {
+          return absl::DataLossError(absl::StrCat(c.path, "/", file, ": bad header"));
+        }
+        std::vector<float> state(header[1]);
+        while (in.left() > 0) {
+          uint64_t key, updates;
+          std::vector<float> w(dim);
+          if (!in.Read(&key) || !in.Read(&updates) || !in.Read(w.data(), dim) ||
+              !in.Read(state.data(), state.size())) {
+            return absl::DataLossError(
+                absl::StrCat(c.path, "/", file, ": ends inside a row"));
+          }
+          rows.emplace_back(key, std::move(w));
+        }
+      }
+      std::sort(rows.begin(), rows.end());
+      entry["file"] = name + ".rows";
+      entry["rows"] = rows.size();
+      std::ofstream out(fs::path(out_dir) / (name + ".rows"), std::ios::binary);
+      for (const auto& [key, w] : rows) {
+        out.write(reinterpret_cast<const char*>(&key), sizeof(key));
+        out.write(reinterpret_cast<const char*>(w.data()),
+                  static_cast<std::streamsize>(w.size() * sizeof(float)));
+      }
+      if (!out) return absl::InternalError(absl::StrCat(out_dir, "/", name, ".rows: write failed"));
+    } else {
+      std::vector<float> whole(dim);
+      for (const auto& c : ckpts) {
+        auto bytes = ReadCheckpointFile(c, file);
+        if (!bytes.ok()) return bytes.status();
+        ByteReader in(*bytes);
+        char magic[8];
+        uint64_t header[4];
+        if (!in.Read(magic, 8) || !in.Read(header, 4) ||
+            header[0] + header[1] > dim ||
+            !in.Read(whole.data() + header[0], header[1])) {
+          return absl::DataLossError(absl::StrCat(c.path, "/", file, ": bad slice"));
+        }
+      }
+      entry["file"] = name + ".dense";
+      std::ofstream out(fs::path(out_dir) / (name + ".dense"), std::ios::binary);
+      out.write(reinterpret_cast<const char*>(whole.data()),
+                static_cast<std::streamsize>(whole.size() * sizeof(float)));
+      if (!out) return absl::InternalError(absl::StrCat(out_dir, "/", name, ".dense: write failed"));
+    }
+    model["tables"].push_back(std::move(entry));
+  }
+  std::ofstream out(fs::path(out_dir) / "model.json");
+  out << model.dump(2) << "\n";
+  if (!out) return absl::InternalError(absl::StrCat(out_dir, "/model.json: write failed"));
+  return model;
+}
+
+// ---------------------------------------------------------------------------
+// Checkpointer.
+
+Checkpointer::Checkpointer(const JobConfig& config, uint32_t rank,
+                           PsServer* server, Coordinator* coordinator)
+    : config_(config),
+      rank_(rank),
+      server_dir_(ServerCheckpointDir(config.checkpoint.dir, rank)),
+      server_(server),
+      coordinator_(coordinator) {
+  const auto found = ListCheckpoints(server_dir_);
+  if (!found.empty()) next_seq_ = found.front().first + 1;
+}
+
+Checkpointer::~Checkpointer() { Stop(); }
+
+absl::StatusOr<std::string> Checkpointer::Save() {
+  absl::StatusOr<std::string> result =
+      absl::FailedPreconditionError("checkpoint.dir is not set");
+  if (config_.checkpoint.dir.empty()) return result;
+  server_->RunBetweenApplies(
+      [&](uint64_t applied) { result = SaveLocked(applied); });
+  return result;
+}
+
+absl::StatusOr<std::string> Checkpointer::SaveLocked(uint64_t applied) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time start = absl::Now();
+  auto writer = CheckpointWriter::Begin(server_dir_, next_seq_);
+  if (!writer.ok()) return writer.status();
+  nlohmann::json tables = nlohmann::json::array();
+  for (const TableConfig& table : config_.tables) {
+    nlohmann::json entry = {{"name", table.name},
+                            {"dim", table.dim},
+                            {"optimizer", table.optimizer.type},
+                            {"file", TableFileName(table)}};
+    absl::Status written;
+    if (SparseTable* sparse = server_->sparse_table(table.name)) {
+      entry["kind"] = "sparse";
+      entry["state_width"] = sparse->state_width();
+      uint64_t rows = 0;
+      written = (*writer)->AddFile(TableFileName(table), [&](const auto& append) {
+        const uint64_t header[2] = {sparse->dim(), sparse->state_width()};
+        append(kSparseMagic, sizeof(kSparseMagic));
+        append(header, sizeof(header));
+        sparse->ForEachRowWithState([&](uint64_t key, std::span<const float> w,
+                                        std::span<const float> state,
+                                        uint64_t updates) {
+          append(&key, sizeof(key));
+          append(&updates, sizeof(updates));
+          append(w.data(), w.size_bytes());
+          append(state.data(), state.size_bytes());
+          ++rows;
+        });
+      });
+      entry["rows"] = rows;
+    } else if (DenseTable* dense = server_->dense_table(table.name)) {
+      entry["kind"] = "dense";
+      const DenseTable::Snapshot snap = dense->Save();
+      entry["offset"] = dense->offset();
+      entry["length"] = dense->length();
+      written = (*writer)->AddFile(TableFileName(table), [&](const auto& append) {
+        const uint64_t header[4] = {dense->offset(), dense->length(),
+                                    snap.state.size(), snap.updates};
+        append(kDenseMagic, sizeof(kDenseMagic));
+        append(header, sizeof(header));
+        append(snap.weights.data(), snap.weights.size() * sizeof(float));
+        append(snap.state.data(), snap.state.size() * sizeof(float));
+      });
+    }
+    if (!written.ok()) return written;
+    tables.push_back(std::move(entry));
+  }
+  if (coordinator_ != nullptr) {
+    const std::string progress = coordinator_->SaveProgress().SerializeAsString();
+    absl::Status written =
+        (*writer)->AddFile(kProgressFile, [&](const auto& append) {
+          append(progress.data(), progress.size());
+        });
+    if (!written.ok()) return written;
+  }
+  nlohmann::json manifest = {
+      {"job", config_.name},
+      {"rank", rank_},
+      {"num_servers", config_.num_servers()},
+      {"mode", ConsistencyModeName(config_.mode)},
+      {"applied_rounds", applied},
+      {"created_unix_s", absl::ToUnixSeconds(absl::Now())},
+      {"tables", std::move(tables)}};
+  auto path = (*writer)->Commit(std::move(manifest));
+  if (!path.ok()) return path.status();
+  ++next_seq_;
+  // Keep the newest `keep` checkpoints; a .tmp left by a crash goes too.
+  const auto found = ListCheckpoints(server_dir_);
+  std::error_code ec;
+  for (size_t i = static_cast<size_t>(config_.checkpoint.keep);
+       i < found.size(); ++i) {
+    fs::remove_all(found[i].second, ec);
+  }
+  for (const auto& entry : fs::directory_iterator(server_dir_, ec)) {
+    if (entry.path().extension() == ".tmp") fs::remove_all(entry.path(), ec);
+  }
+  spdlog::info("server {}: checkpoint {} saved at round {} in {:.2f} s", rank_,
+               *path, applied, absl::ToDoubleSeconds(absl::Now() - start));
+  return path;
+}
+
+absl::Status Checkpointer::Restore() {
+  if (!config_.checkpoint.resume) return absl::OkStatus();
+  std::vector<std::string> refused;
+  auto ckpt = NewestCheckpoint(server_dir_, &refused);
+  for (const std::string& reason : refused) {
+    spdlog::error("server {}: checkpoint refused: {}", rank_, reason);
+  }
+  if (absl::IsNotFound(ckpt.status())) {
+    spdlog::warn("server {}: --resume but {}: starting from initial values",
+                 rank_, ckpt.status().message());
+    return absl::OkStatus();
+  }
+  if (!ckpt.ok()) return ckpt.status();
+  const nlohmann::json& m = ckpt->manifest;
+  if (m.value("rank", -1) != static_cast<int>(rank_) ||
+      m.value("num_servers", -1) != config_.num_servers()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ckpt->path, ": saved by server ", m.value("rank", -1), " of ",
+        m.value("num_servers", -1), ", this is server ", rank_, " of ",
+        config_.num_servers()));
+  }
+  for (const TableConfig& table : config_.tables) {
+    const nlohmann::json* saved = nullptr;
+    if (m.contains("tables") && m["tables"].is_array()) {
+      for (const auto& t : m["tables"]) {
+        if (t.is_object() && t.value("name", "") == table.name) saved = &t;
+      }
+    }
+    const bool sparse = table.kind == TableKind::kSparse;
+    if (saved == nullptr || saved->value("dim", uint64_t{0}) != table.dim ||
+        saved->value("kind", "") != (sparse ? "sparse" : "dense") ||
+        saved->value("optimizer", "") != table.optimizer.type) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ckpt->path, ": table '", table.name,
+          "' is missing or has another kind, dim or optimizer than the job's"));
+    }
+    const std::string name = TableFileName(table);
+    auto bytes = ReadCheckpointFile(*ckpt, name);
+    if (!bytes.ok()) return bytes.status();
+    const std::string path = absl::StrCat(ckpt->path, "/", name);
+    ByteReader in(*bytes);
+    char magic[8];
+    auto bad = [&](absl::string_view what) {
+      return absl::DataLossError(absl::StrCat(path, ": ", what));
+    };
+    if (!in.Read(magic, 8)) return bad("too short for its header");
+    if (sparse) {
+      SparseTable* t = server_->sparse_table(table.name);
+      uint64_t header[2];
+      if (std::memcmp(magic, kSparseMagic, 8) != 0 || !in.Read(header, 2) ||
+          header[0] != t->dim() || header[1] != t->state_width()) {
+        return bad("not a sparse table file of this table's width");
+      }
+      std::vector<float> w(t->dim()), state(t->state_width());
+      uint64_t key, updates;
+      while (in.left() > 0) {
+        if (!in.Read(&key) || !in.Read(&updates) ||
+            !in.Read(w.data(), w.size()) || !in.Read(state.data(), state.size())) {
+          return bad("ends inside a row");
+        }
+        t->RestoreRow(key, w, state, updates);
+      }
+    } else {
+      DenseTable* t = server_->dense_table(table.name);
+      uint64_t header[4];
+      if (std::memcmp(magic, kDenseMagic, 8) != 0 || !in.Read(header, 4) ||
+          header[0] != t->offset() || header[1] != t->length()) {
+        return bad("not a dense slice file of this server's slice");
+      }
+      DenseTable::Snapshot snap;
+      snap.weights.resize(header[1]);
+      snap.state.resize(header[2]);
+      snap.updates = header[3];
+      if (!in.Read(snap.weights.data(), snap.weights.size()) ||
+          !in.Read(snap.state.data(), snap.state.size()) || in.left() != 0) {
+        return bad("has another length than its header says");
+      }
+      if (absl::Status s = t->Restore(std::move(snap)); !s.ok()) return s;
+    }
+  }
+  if (coordinator_ != nullptr && FileEntry(m, kProgressFile) != nullptr) {
+    auto bytes = ReadCheckpointFile(*ckpt, kProgressFile);
+    if (!bytes.ok()) return bytes.status();
+    rpc::JobProgress progress;
+    if (!progress.ParseFromString(*bytes)) {
+      return absl::DataLossError(
+          absl::StrCat(ckpt->path, "/", kProgressFile, ": unreadable"));
+    }
+    coordinator_->RestoreProgress(progress);
+  }
+  spdlog::info(
+      "server {}: restored {} (saved at round {}); updates applied after it "
+      "were lost on this server",
+      rank_, ckpt->path, m.value("applied_rounds", uint64_t{0}));
+  return absl::OkStatus();
+}
+
+void Checkpointer::Start() {
+  if (config_.checkpoint.dir.empty() || config_.checkpoint.every_rounds == 0) {
+    return;
+  }
+  thread_ = std::thread([this] {
+    const uint64_t every = config_.checkpoint.every_rounds;
+    // The round count restarts at 0 in a restarted server (see
+    // aggregator.h); saves follow this process's own count.
+    uint64_t next = every;
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(20),
+                              [this] { return stop_; })) {
+      lock.unlock();
+      if (server_->applied_rounds() >= next) {
+        auto saved = Save();
+        if (!saved.ok()) {
+          spdlog::error("server {}: checkpoint failed: {}", rank_,
+                        saved.status().message());
+        }
+        next = server_->applied_rounds() + every;
+      }
+      lock.lock();
+    }
+  });
+}
+
+void Checkpointer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace hetps

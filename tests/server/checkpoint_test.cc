@@ -1,0 +1,312 @@
+// Checkpoints of one server: saved and restored exactly (weights, optimizer
+// state, update counts, dense slices, the coordinator's data progress);
+// a corrupt, truncated or unfinished checkpoint is refused naming the file
+// and the one before it loads; old ones are pruned; export for serving.
+#include "server/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "coord/coordinator.h"
+#include "server/ps_server.h"
+#include "support/test_support.h"
+
+namespace hetps {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+JobConfig CheckpointJob(const std::string& dir) {
+  JobConfig config;
+  config.mode = ConsistencyMode::kAsync;
+  config.cluster.ps_endpoints = {"127.0.0.1:1"};
+  config.cluster.workers = 1;
+  config.checkpoint.dir = dir;
+  config.checkpoint.keep = 5;
+  TableConfig emb;
+  emb.name = "emb";
+  emb.kind = TableKind::kSparse;
+  emb.dim = 3;
+  emb.optimizer.type = "adagrad";
+  emb.optimizer.learning_rate = 0.1f;
+  emb.init.type = "uniform";
+  TableConfig dense = emb;
+  dense.name = "dense";
+  dense.kind = TableKind::kDense;
+  dense.dim = 5;
+  dense.optimizer.type = "adam";
+  config.tables = {emb, dense};
+  return config;
+}
+
+// One deterministic update of both tables; `step` varies the gradients.
+void Train(PsServer& ps, int step) {
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;
+  for (uint64_t k = 0; k < 50; ++k) {
+    keys.push_back(k * 7919 + static_cast<uint64_t>(step % 3));
+    for (int c = 0; c < 3; ++c) grads.push_back(0.01f * (c + 1) * (step + 1));
+  }
+  ps.sparse_table("emb")->Push(keys, grads);
+  std::vector<float> dense(5);
+  for (int i = 0; i < 5; ++i) dense[i] = 0.1f * (i - 2) + 0.01f * step;
+  ps.dense_table("dense")->Push(dense);
+}
+
+struct Row {
+  std::vector<float> weights, state;
+  uint64_t updates;
+  bool operator==(const Row&) const = default;
+};
+
+// Everything a server holds, for exact comparison.
+struct Contents {
+  std::map<uint64_t, Row> rows;
+  DenseTable::Snapshot dense;
+  bool operator==(const Contents& o) const {
+    return rows == o.rows && dense.weights == o.dense.weights &&
+           dense.state == o.dense.state && dense.updates == o.dense.updates;
+  }
+};
+
+Contents Read(PsServer& ps) {
+  Contents c;
+  ps.sparse_table("emb")->ForEachRowWithState(
+      [&](uint64_t key, std::span<const float> w, std::span<const float> s,
+          uint64_t updates) {
+        c.rows[key] = {{w.begin(), w.end()}, {s.begin(), s.end()}, updates};
+      });
+  c.dense = ps.dense_table("dense")->Save();
+  return c;
+}
+
+std::unique_ptr<PsServer> NewServer(const JobConfig& config) {
+  auto ps = PsServer::Create(config, 0);
+  EXPECT_TRUE(ps.ok()) << ps.status();
+  return std::move(*ps);
+}
+
+// Restores a fresh server from `config.checkpoint.dir`; its contents.
+absl::StatusOr<Contents> Resume(JobConfig config) {
+  config.checkpoint.resume = true;
+  auto ps = NewServer(config);
+  Checkpointer checkpointer(config, 0, ps.get(), nullptr);
+  if (absl::Status s = checkpointer.Restore(); !s.ok()) return s;
+  return Read(*ps);
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  // Two checkpoints: after 3 and after 6 updates of each table.
+  void SetUp() override {
+    config_ = CheckpointJob(dir_.path());
+    auto ps = NewServer(config_);
+    Checkpointer checkpointer(config_, 0, ps.get(), nullptr);
+    for (int step = 0; step < 3; ++step) Train(*ps, step);
+    auto first = checkpointer.Save();
+    ASSERT_TRUE(first.ok()) << first.status();
+    first_ = *first;
+    at_first_ = Read(*ps);
+    for (int step = 3; step < 6; ++step) Train(*ps, step);
+    auto second = checkpointer.Save();
+    ASSERT_TRUE(second.ok()) << second.status();
+    second_ = *second;
+    at_second_ = Read(*ps);
+    ASSERT_NE(at_first_.dense.weights, at_second_.dense.weights);
+  }
+
+  std::string FileOf(const std::string& ckpt, const std::string& name) {
+    return (fs::path(ckpt) / name).string();
+  }
+
+  TempDir dir_;
+  JobConfig config_;
+  std::string first_, second_;
+  Contents at_first_, at_second_;
+};
+
+TEST_F(CheckpointTest, RestoresWeightsStateAndCountsExactly) {
+  EXPECT_THAT(first_, HasSubstr("server-0/ckpt-00000001"));
+  EXPECT_THAT(second_, HasSubstr("server-0/ckpt-00000002"));
+  EXPECT_FALSE(fs::exists(second_ + ".tmp"));
+  auto restored = Resume(config_);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->rows.size(), 150u);
+  EXPECT_TRUE(*restored == at_second_);
+  EXPECT_EQ(restored->dense.updates, 6u);
+
+  // Training on from the restored state gives what training on without the
+  // restart gives: the optimizer state came back too.
+  auto original = NewServer(config_);
+  for (int step = 0; step < 8; ++step) Train(*original, step);
+  JobConfig resume = config_;
+  resume.checkpoint.resume = true;
+  auto resumed = NewServer(resume);
+  Checkpointer checkpointer(resume, 0, resumed.get(), nullptr);
+  ASSERT_TRUE(checkpointer.Restore().ok());
+  for (int step = 6; step < 8; ++step) Train(*resumed, step);
+  EXPECT_TRUE(Read(*resumed) == Read(*original));
+}
+
+TEST_F(CheckpointTest, FlippedByteIsRefusedNamingTheFileAndThePreviousLoads) {
+  const std::string file = FileOf(second_, "table-emb.sparse");
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c;
+    f.seekg(100);
+    f.get(c);
+    f.seekp(100);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  auto verified = VerifyCheckpoint(second_);
+  EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(verified.status().message(), HasSubstr(file));
+  EXPECT_THAT(verified.status().message(), HasSubstr("checksum"));
+  std::vector<std::string> refused;
+  auto newest = NewestCheckpoint(ServerCheckpointDir(dir_.path(), 0), &refused);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(newest->path, first_);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_THAT(refused[0], HasSubstr(file));
+  auto restored = Resume(config_);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(*restored == at_first_);
+}
+
+TEST_F(CheckpointTest, TruncatedFileIsRefusedNamingTheFile) {
+  const std::string file = FileOf(second_, "table-dense.dense");
+  fs::resize_file(file, fs::file_size(file) - 4);
+  auto verified = VerifyCheckpoint(second_);
+  EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(verified.status().message(), HasSubstr(file));
+  EXPECT_THAT(verified.status().message(), HasSubstr("truncated"));
+  auto restored = Resume(config_);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(*restored == at_first_);
+}
+
+TEST_F(CheckpointTest, MissingManifestIsRefusedAsUnfinished) {
+  const std::string manifest = FileOf(second_, kManifestName);
+  fs::remove(manifest);
+  auto verified = VerifyCheckpoint(second_);
+  EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(verified.status().message(), HasSubstr(manifest));
+  EXPECT_THAT(verified.status().message(), HasSubstr("not finished"));
+  auto restored = Resume(config_);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(*restored == at_first_);
+}
+
+TEST_F(CheckpointTest, NoCheckpointThatVerifiesStopsTheServer) {
+  fs::remove(FileOf(first_, kManifestName));
+  fs::remove(FileOf(second_, "table-emb.sparse"));
+  auto restored = Resume(config_);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(restored.status().message(), HasSubstr("none of its 2"));
+}
+
+TEST_F(CheckpointTest, CheckpointOfAnotherTableShapeIsRefused) {
+  JobConfig other = config_;
+  other.tables[0].dim = 4;
+  auto restored = Resume(other);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(restored.status().message(), HasSubstr("table 'emb'"));
+}
+
+TEST_F(CheckpointTest, OnlyTheNewestKeepArePruned) {
+  JobConfig config = config_;
+  config.checkpoint.keep = 2;
+  auto ps = NewServer(config);
+  Checkpointer checkpointer(config, 0, ps.get(), nullptr);
+  auto third = checkpointer.Save();
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_THAT(*third, HasSubstr("ckpt-00000003"));
+  EXPECT_FALSE(fs::exists(first_));
+  EXPECT_TRUE(fs::exists(second_));
+  EXPECT_TRUE(fs::exists(*third));
+}
+
+TEST_F(CheckpointTest, ResumeWithoutAnyCheckpointStartsFresh) {
+  TempDir empty;
+  JobConfig config = CheckpointJob(empty.path());
+  auto restored = Resume(config);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(restored->rows.empty());
+  EXPECT_EQ(restored->dense.updates, 0u);
+}
+
+TEST_F(CheckpointTest, ExportWritesSortedRowsAndTheDenseArray) {
+  TempDir out;
+  auto model = ExportModel(dir_.path(), out.path());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)["format"], "hetps-model-1");
+  ASSERT_EQ((*model)["tables"].size(), 2u);
+  EXPECT_EQ((*model)["tables"][0]["rows"], 150);
+  std::ifstream rows(fs::path(out.path()) / "emb.rows", std::ios::binary);
+  uint64_t previous = 0;
+  for (size_t i = 0; i < 150; ++i) {
+    uint64_t key;
+    float w[3];
+    ASSERT_TRUE(rows.read(reinterpret_cast<char*>(&key), 8));
+    ASSERT_TRUE(rows.read(reinterpret_cast<char*>(w), sizeof(w)));
+    if (i > 0) EXPECT_GT(key, previous);
+    previous = key;
+    const Row& want = at_second_.rows.at(key);
+    EXPECT_EQ(std::vector<float>(w, w + 3), want.weights);
+  }
+  EXPECT_EQ(rows.peek(), EOF);
+  std::ifstream dense(fs::path(out.path()) / "dense.dense", std::ios::binary);
+  std::vector<float> values(5);
+  ASSERT_TRUE(dense.read(reinterpret_cast<char*>(values.data()), 20));
+  EXPECT_EQ(values, at_second_.dense.weights);
+}
+
+TEST(CheckpointProgressTest, CoordinatorProgressComesBack) {
+  TempDir dir;
+  JobConfig config = CheckpointJob(dir.path());
+  config.cluster.workers = 2;
+  config.train.epochs = 1;
+  config.train.data.chunks = 8;
+  auto ps = NewServer(config);
+  Coordinator coordinator(config);
+  rpc::ChunkRequest request;
+  request.set_protocol_version(1);
+  rpc::ChunkResponse response;
+  for (uint32_t rank : {0u, 1u, 0u}) {
+    request.set_rank(rank);
+    request.set_finished_samples(10);
+    ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &response).ok());
+  }
+  // Rank 0 finished chunk 0 (10 samples), holds chunk 2; rank 1 holds 1.
+  Checkpointer checkpointer(config, 0, ps.get(), &coordinator);
+  ASSERT_TRUE(checkpointer.Save().ok());
+
+  config.checkpoint.resume = true;
+  auto restarted_ps = NewServer(config);
+  Coordinator restarted(config);
+  Checkpointer restore(config, 0, restarted_ps.get(), &restarted);
+  ASSERT_TRUE(restore.Restore().ok());
+  const rpc::JobProgress progress = restarted.SaveProgress();
+  EXPECT_EQ(progress.chunks_given(), 3u);
+  EXPECT_EQ(progress.finished_chunks(), 1u);
+  EXPECT_EQ(progress.finished_samples(), 10u);
+  // The chunks held when the checkpoint was taken are handed out again.
+  std::set<uint32_t> again;
+  for (uint32_t i = 0; i < 2; ++i) {
+    request.set_rank(0);
+    request.set_finished_samples(0);
+    ASSERT_TRUE(restarted.NextChunk(nullptr, &request, &response).ok());
+    again.insert(response.chunk());
+  }
+  EXPECT_EQ(again, (std::set<uint32_t>{1, 2}));
+  ASSERT_TRUE(restarted.NextChunk(nullptr, &request, &response).ok());
+  EXPECT_EQ(response.chunk(), 3u);
+}
+
+}  // namespace
+}  // namespace hetps
