@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FUZZ_CHECK(cond)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
+#define FUZZ_CHECK(cond)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
       std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, \
-                   __LINE__, #cond);                                   \
-      std::abort();                                                    \
-    }                                                                  \
+                   __LINE__, #cond);                                  \
+      std::abort();                                                   \
+    }                                                                 \
   } while (0)

@@ -1,7 +1,7 @@
 // Writes the seed corpus: valid inputs for each fuzz target, so fuzzing
 // starts from requests and payloads the code accepts and mutates inward.
 //   make_fuzz_seeds DIR    writes DIR/<target>/seed-<what>
-// docs/TESTING.md says how to refresh tests/fuzz/corpus with it.
+// README ("Fuzzing") says how to refresh tests/fuzz/corpus with it.
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -40,12 +40,24 @@ std::vector<float> Gradient(size_t n) {
   std::vector<float> g(n);
   for (size_t i = 0; i < n; ++i) {
     switch (i % 6) {
-      case 0: g[i] = 0; break;
-      case 1: g[i] = 0.25f * static_cast<float>(i); break;
-      case 2: g[i] = -1e-6f; break;
-      case 3: g[i] = 7e4f; break;
-      case 4: g[i] = -3.5f; break;
-      default: g[i] = 0; break;
+      case 0:
+        g[i] = 0;
+        break;
+      case 1:
+        g[i] = 0.25f * static_cast<float>(i);
+        break;
+      case 2:
+        g[i] = -1e-6f;
+        break;
+      case 3:
+        g[i] = 7e4f;
+        break;
+      case 4:
+        g[i] = -3.5f;
+        break;
+      default:
+        g[i] = 0;
+        break;
     }
   }
   return g;
@@ -86,8 +98,8 @@ void CodecSeeds(const fs::path& dir) {
           std::vector<float> values = Gradient(rows * dim);
           std::string payload;
           EncodeRows(spec, dim, OwnedKeys(rows), values, &payload);
-          const std::string what =
-              name + b + "-dim" + std::to_string(dim) + "-" + std::to_string(rows);
+          const std::string what = name + b + "-dim" + std::to_string(dim) +
+                                   "-" + std::to_string(rows);
           Write(dir, "rows-" + what,
                 std::string("\x01") + static_cast<char>(dim) + Le16(0) +
                     Le16(0xffff) + payload);

@@ -26,7 +26,8 @@ constexpr uint8_t kDenseRequest = 8;
 template <typename Request>
 void SteerCommon(uint8_t flags, Request* request) {
   if (flags & kFixVersion) request->set_protocol_version(kProtocolVersion);
-  if (flags & kFixWorker) request->set_worker_id(request->worker_id() % kWorkers);
+  if (flags & kFixWorker)
+    request->set_worker_id(request->worker_id() % kWorkers);
 }
 
 std::vector<float> Floats(const std::string& bytes) {

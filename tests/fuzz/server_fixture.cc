@@ -10,8 +10,8 @@ namespace hetps::fuzz {
 void Quiet() {
   static const bool quiet = [] {
     spdlog::set_level(spdlog::level::off);
-    google::protobuf::SetLogHandler(
-        [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
+    google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*,
+                                       int, const std::string&) {});
     return true;
   }();
   (void)quiet;
