@@ -7,6 +7,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libeigen3-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev  # scripts/fuzz.sh: clang++ and libFuzzer
 )
 missing=()
 for p in "${packages[@]}"; do

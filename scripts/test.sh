@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every CTest
-# test, then builds again with AddressSanitizer + UBSan and runs them again.
+# test, runs each libFuzzer target for 60 s (scripts/fuzz.sh), then builds
+# again with AddressSanitizer + UBSan and runs the tests again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh build
 (cd build && ctest --output-on-failure --timeout 600)
+scripts/fuzz.sh 60
 scripts/build.sh build-asan -DHETPS_SANITIZE=ON -DHETPS_BUILD_BENCH=OFF
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
