@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/, clang) and runs each for SECONDS
-# (default 60) on a copy of its corpus in tests/fuzz/corpus/<target>/, two at
-# a time. Fails when any target crashes, leaks, times out or breaks an
+# (default 60) on a copy of its corpus in tests/fuzz/corpus/<target>/, all at
+# once. Fails when any target crashes, leaks, times out or breaks an
 # invariant; the input that did it is left in build-fuzz/fuzz-run/<target>/.
 #   scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 targets=(codec_fuzzer push_fuzzer pull_fuzzer)
-jobs=2
+jobs=3
 
 scripts/build.sh build-fuzz -DHETPS_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
   -DHETPS_BUILD_TESTS=OFF -DHETPS_BUILD_BENCH=OFF

@@ -2,13 +2,19 @@
 // worker processes pushing known gradients, checked value by value.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cluster/pattern.h"
 #include "hetps/ps_client.h"
+#include "cli/roles.h"
+#include "server/checkpoint.h"
+#include "server/ps_server.h"
 #include "support/test_support.h"
 
 namespace hetps {
@@ -173,6 +179,143 @@ TEST(ClusterTest, AsyncTwoServersThreeWorkersGiveTheSameTotal) {
     }
   }
   EXPECT_EQ(final.dense, dense);
+}
+
+// A server killed with SIGKILL mid-run comes back (by hand, --resume) from
+// its newest checkpoint while the worker waits and retries. With one sync
+// worker every round is deterministic, so the final table is known exactly:
+// server 0 holds what an undisturbed run holds, server 1 holds its
+// checkpoint plus exactly the rounds applied after the restart.
+TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
+  constexpr int kLongRounds = 80;
+  TempDir dir;
+  const auto endpoints = testing::FreeEndpoints(2);
+  const std::string ckpt_dir = dir.path() + "/ckpt";
+  const std::string config_path =
+      dir.Write("job.yaml", PatternConfig("sync", endpoints, 1));
+  std::atomic<int> listening{0};
+  std::mutex mu;
+  std::vector<std::string> restarted_output;  // guarded by mu
+  ProcessGroup group([&](const std::string& label, const std::string& line) {
+    if (line.rfind(kListeningPrefix, 0) == 0) ++listening;
+    if (label == "server 1 again") {
+      std::lock_guard<std::mutex> lock(mu);
+      restarted_output.push_back(line);
+    }
+  });
+  auto server_args = [&](int rank) {
+    return std::vector<std::string>{
+        testing::HetpsBinary(), "server", "--config", config_path, "--rank",
+        std::to_string(rank), "--checkpoint-dir", ckpt_dir,
+        "--checkpoint-every", "5"};
+  };
+  ASSERT_TRUE(group.Spawn("server 0", server_args(0)).ok());
+  auto server1 = group.Spawn("server 1", server_args(1));
+  ASSERT_TRUE(server1.ok()) << server1.status();
+  const auto start_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (listening < 2 && std::chrono::steady_clock::now() < start_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(listening, 2);
+  ASSERT_TRUE(group.Spawn("worker 0", {HETPS_PATTERN_WORKER, config_path, "0",
+                                       std::to_string(kLongRounds), "40"})
+                  .ok());
+
+  // Kill server 1 once it has checkpointed round 20 or later.
+  const std::string server1_dir = ServerCheckpointDir(ckpt_dir, 1);
+  const auto ckpt_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < ckpt_deadline) {
+    auto newest = NewestCheckpoint(server1_dir, nullptr);
+    if (newest.ok() && newest->manifest.value("applied_rounds", 0) >= 20) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // A few rounds after the checkpoint: they are lost on server 1.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(kill(*server1, SIGKILL), 0);
+  auto killed = group.WaitAny(std::chrono::seconds(10));
+  ASSERT_TRUE(killed.has_value());
+  ASSERT_EQ(killed->label, "server 1");
+
+  // What the restarted server will load, read before it writes newer ones.
+  auto newest = NewestCheckpoint(server1_dir, nullptr);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  const int saved_round = newest->manifest.value("applied_rounds", -1);
+  ASSERT_GE(saved_round, 20);
+  ASSERT_LT(saved_round, kLongRounds) << "the worker finished before the kill";
+  auto config = LoadJobConfigFile(config_path);
+  ASSERT_TRUE(config.ok() && ValidateJobConfig(*config).ok());
+  config->checkpoint.dir = ckpt_dir;
+  config->checkpoint.resume = true;
+  auto saved = PsServer::Create(*config, 1);
+  ASSERT_TRUE(saved.ok());
+  ASSERT_TRUE(Checkpointer(*config, 1, saved->get(), nullptr).Restore().ok());
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::vector<std::string> again = server_args(1);
+  again.push_back("--resume");
+  ASSERT_TRUE(group.Spawn("server 1 again", again).ok());
+  auto done = group.WaitAny(std::chrono::seconds(120));
+  ASSERT_TRUE(done.has_value()) << "the worker did not finish";
+  EXPECT_EQ(done->label, "worker 0");
+  EXPECT_EQ(done->exit_code, 0) << "the worker must wait and retry";
+
+  // The first round the restarted server applied: the rounds before it
+  // closed empty there (logged).
+  int first_applied = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const std::string& line : restarted_output) {
+      const size_t at = line.find("closed empty");
+      const size_t rounds = line.find("of rounds ");
+      if (at == std::string::npos || rounds == std::string::npos) continue;
+      const size_t dots = line.find("..", rounds);
+      first_applied = std::stoi(line.substr(dots + 2)) + 1;
+    }
+  }
+  ASSERT_GE(first_applied, saved_round)
+      << "no 'closed empty' line from the restarted server";
+  ASSERT_LT(first_applied, kLongRounds);
+
+  PsClientOptions options;
+  options.endpoints = endpoints;
+  auto client = PsClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const ShardMap shard_map = ShardMap::Uniform(2, config->server.num_buckets);
+  int on_server1 = 0;
+  for (uint64_t key : CheckedKeys()) {
+    std::vector<float> row(pattern::kDim);
+    ASSERT_TRUE((*client)->PullSparse(pattern::kSparse, std::vector<uint64_t>{key}, row).ok());
+    std::vector<float> expected(pattern::kDim, 0.0f);
+    int from = 0;
+    if (shard_map.ServerOf(key) == 1) {
+      ++on_server1;
+      // Rows the checkpoint lacks (keys worker 0 never pushes) start at 0.
+      (*saved)->sparse_table(pattern::kSparse)->Lookup(key, expected);
+      from = first_applied;
+    }
+    for (int r = from; r < kLongRounds; ++r) {
+      for (uint64_t c = 0; c < pattern::kDim; ++c) {
+        expected[c] -= pattern::kLearningRate * WorkerGrad(0, r, key, c);
+      }
+    }
+    EXPECT_EQ(row, expected) << "key " << key << " on server "
+                             << shard_map.ServerOf(key);
+  }
+  EXPECT_GT(on_server1, 0);
+  std::vector<float> dense(pattern::kDenseSize);
+  ASSERT_TRUE((*client)->PullDense(pattern::kDense, dense).ok());
+  const DenseTable::Snapshot slice = (*saved)->dense_table(pattern::kDense)->Save();
+  const uint64_t offset = (*saved)->dense_table(pattern::kDense)->offset();
+  for (uint64_t i = 0; i < pattern::kDenseSize; ++i) {
+    const bool restored = i >= offset && i - offset < slice.weights.size();
+    float expected = restored ? slice.weights[i - offset] : 0.0f;
+    for (int r = restored ? first_applied : 0; r < kLongRounds; ++r) {
+      expected -= pattern::kLearningRate * pattern::GradOf(0, r, i, 0);
+    }
+    EXPECT_EQ(dense[i], expected) << "dense " << i;
+  }
 }
 
 TEST(ClusterTest, UnreachableServerFailsWithinTheDeadlineNamingIt) {

@@ -1,9 +1,12 @@
 // A test worker process: registers like a real worker, then for `rounds`
 // rounds pulls (waiting for the round in sync mode) and pushes the known
 // gradients of cluster/pattern.h, then leaves. Exit 0 on success.
+// PAUSE_MS (default 0) is slept after each round, to stretch a run.
 //
-//   hetps_pattern_worker CONFIG RANK ROUNDS
+//   hetps_pattern_worker CONFIG RANK ROUNDS [PAUSE_MS]
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <string>
 
 #include "cluster/pattern.h"
@@ -12,8 +15,8 @@
 #include "hetps/ps_client.h"
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s CONFIG RANK ROUNDS\n", argv[0]);
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: %s CONFIG RANK ROUNDS [PAUSE_MS]\n", argv[0]);
     return 2;
   }
   auto config = hetps::LoadJobConfigFile(argv[1]);
@@ -23,6 +26,7 @@ int main(int argc, char** argv) {
   }
   const uint32_t rank = std::stoi(argv[2]);
   const int rounds = std::stoi(argv[3]);
+  const int pause_ms = argc == 5 ? std::stoi(argv[4]) : 0;
 
   hetps::CoordinatorClient coordinator(*config, rank);
   if (auto r = coordinator.Register(); !r.ok()) {
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "push: %s\n", s.ToString().c_str());
       return 1;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
   if (auto s = coordinator.Leave("pattern done"); !s.ok()) {
     std::fprintf(stderr, "leave: %s\n", s.ToString().c_str());
