@@ -87,7 +87,7 @@ constexpr auto kStatusEvery = std::chrono::seconds(3);
 // The compact status line `launch` prints while the job runs.
 void PrintLiveStatus(const JobConfig& config) {
   absl::StatusOr<rpc::StatusResponse> st =
-      QueryStatus(config.cluster.ps_endpoints[0], 1.0);
+      QueryStatus(config.cluster.ps_endpoints[0], 1.0, config.credentials);
   if (!st.ok()) return;
   std::printf("%s\n", FormatStatusLine(*st).c_str());
   std::fflush(stdout);
@@ -413,8 +413,9 @@ std::string FormatStatusLine(const rpc::StatusResponse& status) {
       queued, max_staleness);
 }
 
-int RunStatus(const std::string& coordinator_endpoint, bool json) {
-  auto status = QueryStatus(coordinator_endpoint, 10.0);
+int RunStatus(const std::string& coordinator_endpoint, bool json,
+              const Credentials& credentials) {
+  auto status = QueryStatus(coordinator_endpoint, 10.0, credentials);
   if (!status.ok()) {
     std::fprintf(stderr, "hetps status: %s\n",
                  std::string(status.status().message()).c_str());

@@ -46,7 +46,9 @@ std::string FormatStatusLine(const rpc::StatusResponse& status);
 // AUC on it (the best any model can reach) as text and one JSON line.
 int RunGenData(const CriteoGenConfig& config, const std::string& path);
 
-// Prints the coordinator's view of a running job.
-int RunStatus(const std::string& coordinator_endpoint, bool json);
+// Prints the coordinator's view of a running job, connecting with the job's
+// `credentials`.
+int RunStatus(const std::string& coordinator_endpoint, bool json,
+              const Credentials& credentials);
 
 }  // namespace hetps

@@ -13,9 +13,9 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
   if (!ps.ok()) return ps.status();
   node->ps_ = std::move(*ps);
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(builder, config.server.max_message_bytes);
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(),
-                           &node->port_);
+  ConfigureServerBuilder(builder, listen_address,
+                         config.server.max_message_bytes, config.credentials,
+                         &node->port_);
   builder.RegisterService(node->ps_.get());
   if (rank == 0) {
     node->coordinator_ = std::make_unique<Coordinator>(config);
@@ -25,7 +25,9 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
   if (node->server_ == nullptr || node->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "server ", rank, ": cannot listen on ", listen_address,
-        " (address in use or not local?)"));
+        " (address in use or not local?",
+        config.credentials.ca_pem.empty() ? "" : " TLS certificate or key bad?",
+        ")"));
   }
   if (node->coordinator_) node->coordinator_->Start();
   spdlog::info("server {} serving {} tables in {} mode{}", rank,
