@@ -37,9 +37,15 @@ absl::Status Validate(const std::string& yaml) {
   return ValidateJobConfig(*config);
 }
 
-JobConfig WithAuth(const AuthConfig& auth) {
+JobConfig WithTokenFile(const std::string& path) {
   JobConfig config;
-  config.auth = auth;
+  config.auth.token_file = path;
+  return config;
+}
+
+JobConfig WithTokenEnv(const std::string& name) {
+  JobConfig config;
+  config.auth.token_env = name;
   return config;
 }
 
@@ -68,20 +74,19 @@ TEST(AuthConfigTest, InconsistentFieldsNameTheField) {
 
 TEST(ResolveCredentialsTest, ReadsTokenFileTrimmed) {
   TempDir dir;
-  JobConfig config =
-      WithAuth({.token_file = dir.Write("token", "  tok-123\n")});
+  JobConfig config = WithTokenFile(dir.Write("token", "  tok-123\n"));
   ASSERT_TRUE(ResolveCredentials(config, Env({})).ok());
   EXPECT_EQ(config.credentials.token, "tok-123");
   EXPECT_TRUE(config.credentials.ca_pem.empty());
 }
 
 TEST(ResolveCredentialsTest, ReadsTokenFromTheNamedVariable) {
-  JobConfig config = WithAuth({.token_env = "JOB_TOKEN"});
+  JobConfig config = WithTokenEnv("JOB_TOKEN");
   ASSERT_TRUE(
       ResolveCredentials(config, Env({{"JOB_TOKEN", "from-env"}})).ok());
   EXPECT_EQ(config.credentials.token, "from-env");
 
-  JobConfig unset = WithAuth({.token_env = "JOB_TOKEN"});
+  JobConfig unset = WithTokenEnv("JOB_TOKEN");
   EXPECT_THAT(ResolveCredentials(unset, Env({})),
               StatusIs(kInvalid, HasSubstr("auth.token_env: environment "
                                            "variable JOB_TOKEN is not set")));
@@ -89,15 +94,15 @@ TEST(ResolveCredentialsTest, ReadsTokenFromTheNamedVariable) {
 
 TEST(ResolveCredentialsTest, BadTokensAreRefusedWithoutQuotingThem) {
   TempDir dir;
-  JobConfig missing = WithAuth({.token_file = dir.path() + "/nope"});
+  JobConfig missing = WithTokenFile(dir.path() + "/nope");
   EXPECT_THAT(ResolveCredentials(missing, Env({})),
               StatusIs(kInvalid, AllOf(HasSubstr("auth.token_file: cannot "
                                                  "read '"),
                                        HasSubstr("/nope"))));
-  JobConfig empty = WithAuth({.token_file = dir.Write("empty", "\n")});
+  JobConfig empty = WithTokenFile(dir.Write("empty", "\n"));
   EXPECT_THAT(ResolveCredentials(empty, Env({})),
               StatusIs(kInvalid, HasSubstr("holds no token")));
-  JobConfig spaced = WithAuth({.token_file = dir.Write("spaced", "two words")});
+  JobConfig spaced = WithTokenFile(dir.Write("spaced", "two words"));
   EXPECT_THAT(ResolveCredentials(spaced, Env({})),
               StatusIs(kInvalid, AllOf(HasSubstr("printable ASCII"),
                                        Not(HasSubstr("two words")))));
@@ -105,13 +110,13 @@ TEST(ResolveCredentialsTest, BadTokensAreRefusedWithoutQuotingThem) {
 }
 
 TEST(ResolveCredentialsTest, ReadsPemFilesAndNamesAMissingOne) {
-  JobConfig config =
-      WithAuth({.tls_ca = SourcePath("tests/data/tls/ca.pem"),
-                .tls_cert = SourcePath("tests/data/tls/server.pem"),
-                .tls_key = SourcePath("tests/data/tls/server.key"),
-                .require_client_cert = true,
-                .tls_client_cert = SourcePath("tests/data/tls/client.pem"),
-                .tls_client_key = SourcePath("tests/data/tls/client.key")});
+  JobConfig config;
+  config.auth.tls_ca = SourcePath("tests/data/tls/ca.pem");
+  config.auth.tls_cert = SourcePath("tests/data/tls/server.pem");
+  config.auth.tls_key = SourcePath("tests/data/tls/server.key");
+  config.auth.require_client_cert = true;
+  config.auth.tls_client_cert = SourcePath("tests/data/tls/client.pem");
+  config.auth.tls_client_key = SourcePath("tests/data/tls/client.key");
   ASSERT_TRUE(ResolveCredentials(config, Env({})).ok());
   EXPECT_THAT(config.credentials.ca_pem, HasSubstr("BEGIN CERTIFICATE"));
   EXPECT_THAT(config.credentials.key_pem, HasSubstr("PRIVATE KEY"));
