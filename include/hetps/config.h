@@ -220,6 +220,46 @@ struct CheckpointConfig {
   int max_server_restarts = 3;
 };
 
+// Who may call the job's servers (README.md, "Authentication and TLS"). Paths
+// and names only: the CLI reads them into Credentials (config/credentials.h)
+// before anything connects. Every process of a job uses the same section, so
+// one file serves servers, workers and `hetps status`. Relative paths in a
+// config file are relative to that file.
+struct AuthConfig {
+  // A shared token that every call must carry (`authorization: Bearer
+  // <token>`), read from this file (surrounding whitespace trimmed)...
+  std::string token_file;
+  // ...or from the environment variable of this name. At most one of the two;
+  // neither: calls carry no token and servers ask for none.
+  std::string token_env;
+  // TLS: the CA that signed the servers' (and, for mutual TLS, the clients')
+  // certificates, and the servers' certificate chain and private key (PEM).
+  // All three or none; none: plaintext.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  // Mutual TLS: servers refuse a client without a certificate signed by
+  // tls_ca; clients (workers, the coordinator, `hetps status`) present this
+  // one. Needs TLS and both client files.
+  bool require_client_cert = false;
+  std::string tls_client_cert;
+  std::string tls_client_key;
+};
+
+// The secrets AuthConfig points at, read once by the CLI
+// (ResolveCredentials) and passed down with the JobConfig to
+// common/channel.h, the only code that uses them. Never decoded from YAML,
+// never printed. Empty strings: not configured.
+struct Credentials {
+  std::string token;
+  std::string ca_pem;  // non-empty: TLS
+  std::string cert_pem;
+  std::string key_pem;
+  std::string client_cert_pem;  // presented by clients when non-empty
+  std::string client_key_pem;
+  bool require_client_cert = false;
+};
+
 struct JobConfig {
   std::string name = "hetps-job";
   ClusterConfig cluster;
@@ -235,7 +275,10 @@ struct JobConfig {
   ClientOptions client;
   TrainConfig train;
   CheckpointConfig checkpoint;
+  AuthConfig auth;
   std::string log_level = "info";
+  // Filled from `auth` by ResolveCredentials; not a YAML field.
+  Credentials credentials;
 
   int num_servers() const;
   int num_workers() const;

@@ -30,6 +30,7 @@ struct PsClientOptions {
   uint32_t worker_id = 0;
   ClientOptions rpc;
   uint64_t max_message_bytes = 512ull << 20;
+  Credentials credentials;  // the job's (JobConfig::credentials)
   // Sync mode needs every server to see every push (rounds close per
   // server); in async mode servers without keys in a push are skipped.
   bool push_to_all_servers = true;

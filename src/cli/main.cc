@@ -3,8 +3,10 @@
 //   hetps launch CONFIG          a whole local cluster (servers, then workers)
 //   hetps server --config C --rank R    one server (multi-host runs)
 //   hetps worker --config C --rank R    one worker
-//   hetps status --coordinator HOST:PORT [--json]
-//   hetps save --coordinator HOST:PORT  every server writes a checkpoint now
+//   hetps status --coordinator HOST:PORT [--json] [--config C]
+//                (the job's config, for its auth section)
+//   hetps save --coordinator HOST:PORT [--config C]
+//                every server writes a checkpoint now
 //   hetps export --checkpoint-dir D --out DIR   the model for serving
 //
 // Exit codes: 0 done, 1 a role failed, 2 configuration error, 130 Ctrl-C.
@@ -21,6 +23,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/roles.h"
 #include "common/logging.h"
+#include "config/credentials.h"
 #include "config/environment.h"
 #include "hetps/config.h"
 #include "hetps/version.h"
@@ -49,36 +52,49 @@ int ConfigError(const std::string& message) {
   return hetps::kExitConfigError;
 }
 
+// The file paths a job names.
+std::vector<std::string*> PathFields(hetps::JobConfig& config) {
+  hetps::AuthConfig& auth = config.auth;
+  return {&config.train.data.path, &auth.token_file, &auth.tls_ca,
+          &auth.tls_cert,          &auth.tls_key,    &auth.tls_client_cert,
+          &auth.tls_client_key};
+}
+
 // File, then --set overrides, then (for single roles) the Paddle-style
 // environment; validated once.
 absl::StatusOr<hetps::JobConfig> BuildConfig(
     const std::string& path, const std::vector<std::string>& overrides) {
   namespace fs = std::filesystem;
   hetps::JobConfig config;
-  std::string& data_path = config.train.data.path;
   if (!path.empty()) {
     auto loaded = hetps::LoadJobConfigFile(path);
     if (!loaded.ok()) return loaded.status();
     config = *std::move(loaded);
-    // A data path in a config file is relative to that file, so a job runs
-    // the same from any directory.
-    if (!data_path.empty() && fs::path(data_path).is_relative()) {
-      data_path = (fs::absolute(path).parent_path() / data_path)
-                      .lexically_normal()
-                      .string();
+    // A path in a config file is relative to that file, so a job runs the
+    // same from any directory.
+    for (std::string* p : PathFields(config)) {
+      if (!p->empty() && fs::path(*p).is_relative()) {
+        *p =
+            (fs::absolute(path).parent_path() / *p).lexically_normal().string();
+      }
     }
   }
   for (const std::string& o : overrides) {
     if (auto s = hetps::ApplyOverride(config, o); !s.ok()) return s;
   }
   // One given with --set is relative to the working directory.
-  if (!data_path.empty()) data_path = fs::absolute(data_path).string();
+  for (std::string* p : PathFields(config)) {
+    if (!p->empty()) *p = fs::absolute(*p).string();
+  }
   return config;
 }
 
+// Checks the config, fills in the model's tables and reads the secrets that
+// `auth` points at.
 absl::Status ValidateAndResolve(hetps::JobConfig& config) {
   if (auto s = hetps::ValidateJobConfig(config); !s.ok()) return s;
-  return hetps::ResolveModelTables(config);
+  if (auto s = hetps::ResolveModelTables(config); !s.ok()) return s;
+  return hetps::ResolveCredentials(config, std::getenv);
 }
 
 }  // namespace
@@ -165,6 +181,11 @@ int main(int argc, char** argv) {
   status->add_flag("--json", json, "print JSON");
   save->add_option("--coordinator", coordinator, "host:port of server 0")
       ->required();
+  for (CLI::App* client : {status, save}) {
+    client->add_option("--config", config_path,
+                       "the job's YAML (its auth section: token, TLS)");
+    client->add_option("--set", overrides, "override a field: path=value");
+  }
 
   try {
     app.parse(argc, argv);
@@ -173,8 +194,6 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : hetps::kExitConfigError;
   }
 
-  if (*status) return hetps::RunStatus(coordinator, json);
-  if (*save) return hetps::RunSave(coordinator);
   if (*export_model) return hetps::RunExport(checkpoint_dir, export_out);
   if (*gen) return hetps::RunGenData(gen_config, gen_out);
 
@@ -191,6 +210,14 @@ int main(int argc, char** argv) {
   auto config = BuildConfig(config_path, overrides);
   if (!config.ok()) return ConfigError(std::string(config.status().message()));
 
+  if (*status || *save) {
+    // Only the secrets matter here: no tables, no data.
+    absl::Status s = hetps::ValidateJobConfig(*config);
+    if (s.ok()) s = hetps::ResolveCredentials(*config, std::getenv);
+    if (!s.ok()) return ConfigError(std::string(s.message()));
+    return *status ? hetps::RunStatus(coordinator, json, config->credentials)
+                   : hetps::RunSave(coordinator, config->credentials);
+  }
   if (*launch) {
     if (auto s = ValidateAndResolve(*config); !s.ok()) {
       return ConfigError(std::string(s.message()));

@@ -90,7 +90,7 @@ constexpr auto kStatusEvery = std::chrono::seconds(3);
 // The compact status line `launch` prints while the job runs.
 void PrintLiveStatus(const JobConfig& config) {
   absl::StatusOr<rpc::StatusResponse> st =
-      QueryStatus(config.cluster.ps_endpoints[0], 1.0);
+      QueryStatus(config.cluster.ps_endpoints[0], 1.0, config.credentials);
   if (!st.ok()) return;
   std::printf("%s\n", FormatStatusLine(*st).c_str());
   std::fflush(stdout);
@@ -228,7 +228,8 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     ++finished;
   }
   // The coordinator's count of the data trained, before the servers stop.
-  const auto final_status = QueryStatus(config.cluster.ps_endpoints[0], 10.0);
+  const auto final_status =
+      QueryStatus(config.cluster.ps_endpoints[0], 10.0, config.credentials);
   for (const ChildExit& exit : group.StopAll(std::chrono::seconds(10))) {
     if (exit.exit_code != 0) {
       spdlog::error("{} exited with code {} at shutdown", exit.label,
@@ -446,8 +447,9 @@ std::string FormatStatusLine(const rpc::StatusResponse& status) {
       queued, max_staleness);
 }
 
-int RunStatus(const std::string& coordinator_endpoint, bool json) {
-  auto status = QueryStatus(coordinator_endpoint, 10.0);
+int RunStatus(const std::string& coordinator_endpoint, bool json,
+              const Credentials& credentials) {
+  auto status = QueryStatus(coordinator_endpoint, 10.0, credentials);
   if (!status.ok()) {
     std::fprintf(stderr, "hetps status: %s\n",
                  std::string(status.status().message()).c_str());
@@ -488,8 +490,9 @@ int RunStatus(const std::string& coordinator_endpoint, bool json) {
   return kExitOk;
 }
 
-int RunSave(const std::string& coordinator_endpoint) {
-  auto status = QueryStatus(coordinator_endpoint, 10.0);
+int RunSave(const std::string& coordinator_endpoint,
+            const Credentials& credentials) {
+  auto status = QueryStatus(coordinator_endpoint, 10.0, credentials);
   if (!status.ok()) {
     std::fprintf(stderr, "hetps save: %s\n",
                  std::string(status.status().message()).c_str());
@@ -498,7 +501,7 @@ int RunSave(const std::string& coordinator_endpoint) {
   int failed = 0;
   for (const rpc::ServerStatus& server : status->servers()) {
     auto stub = rpc::ParameterServer::NewStub(
-        MakeChannel(server.endpoint(), 64 << 20));
+        MakeChannel(server.endpoint(), 64 << 20, credentials));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
     rpc::SaveRequest request;

@@ -46,12 +46,15 @@ std::string FormatStatusLine(const rpc::StatusResponse& status);
 // AUC on it (the best any model can reach) as text and one JSON line.
 int RunGenData(const CriteoGenConfig& config, const std::string& path);
 
-// Prints the coordinator's view of a running job.
-int RunStatus(const std::string& coordinator_endpoint, bool json);
+// Prints the coordinator's view of a running job, connecting with the job's
+// `credentials`.
+int RunStatus(const std::string& coordinator_endpoint, bool json,
+              const Credentials& credentials);
 
 // Asks every server of a running job to write a checkpoint now; prints the
 // paths.
-int RunSave(const std::string& coordinator_endpoint);
+int RunSave(const std::string& coordinator_endpoint,
+            const Credentials& credentials);
 
 // Writes the model of the newest verified checkpoints under
 // `checkpoint_dir` to `out_dir` (docs/CHECKPOINTS.md, "Export").

@@ -237,7 +237,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   for (const std::string& endpoint : options.endpoints) {
     ServerConn conn;
     conn.endpoint = endpoint;
-    conn.channel = MakeChannel(endpoint, options.max_message_bytes);
+    conn.channel =
+        MakeChannel(endpoint, options.max_message_bytes, options.credentials);
     conn.stub = rpc::ParameterServer::NewStub(conn.channel);
     impl->servers.push_back(std::move(conn));
   }

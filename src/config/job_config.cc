@@ -201,6 +201,18 @@ void Fields(CheckpointConfig& c, Visit&& visit) {
 }
 
 template <typename Visit>
+void Fields(AuthConfig& c, Visit&& visit) {
+  visit("token_file", c.token_file);
+  visit("token_env", c.token_env);
+  visit("tls_ca", c.tls_ca);
+  visit("tls_cert", c.tls_cert);
+  visit("tls_key", c.tls_key);
+  visit("require_client_cert", c.require_client_cert);
+  visit("tls_client_cert", c.tls_client_cert);
+  visit("tls_client_key", c.tls_client_key);
+}
+
+template <typename Visit>
 void Fields(JobConfig& c, Visit&& visit) {
   visit("name", c.name);
   visit("cluster", c.cluster);
@@ -215,6 +227,7 @@ void Fields(JobConfig& c, Visit&& visit) {
   visit("client", c.client);
   visit("train", c.train);
   visit("checkpoint", c.checkpoint);
+  visit("auth", c.auth);
   visit("log_level", c.log_level);
 }
 
@@ -668,6 +681,38 @@ absl::Status ValidateClient(const ClientOptions& client,
   return absl::OkStatus();
 }
 
+// Consistency only; whether the files exist is ResolveCredentials' business.
+absl::Status ValidateAuth(const AuthConfig& auth) {
+  if (!auth.token_file.empty() && !auth.token_env.empty()) {
+    return Invalid(
+        "auth.token_env: set auth.token_file or auth.token_env, "
+        "not both");
+  }
+  const int tls_files =
+      !auth.tls_ca.empty() + !auth.tls_cert.empty() + !auth.tls_key.empty();
+  if (tls_files != 0 && tls_files != 3) {
+    return Invalid(
+        "auth.tls_ca, auth.tls_cert, auth.tls_key: set all three "
+        "or none");
+  }
+  if (auth.tls_client_cert.empty() != auth.tls_client_key.empty()) {
+    return Invalid(
+        "auth.tls_client_cert, auth.tls_client_key: set both or "
+        "neither");
+  }
+  if (!auth.tls_client_cert.empty() && tls_files == 0) {
+    return Invalid(
+        "auth.tls_client_cert: needs TLS (auth.tls_ca, "
+        "auth.tls_cert, auth.tls_key)");
+  }
+  if (auth.require_client_cert && auth.tls_client_cert.empty()) {
+    return Invalid(
+        "auth.require_client_cert: needs TLS and the clients' "
+        "certificate (auth.tls_client_cert, auth.tls_client_key)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTrain(const TrainConfig& train) {
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("train.epochs", train.epochs, 1));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("train.batch_size", train.batch_size, 1));
@@ -885,6 +930,7 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(ValidateServer(config.server, config.num_servers()));
   CONFIG_RETURN_IF_ERROR(ValidateClient(config.client, config.server));
   CONFIG_RETURN_IF_ERROR(ValidateTrain(config.train));
+  CONFIG_RETURN_IF_ERROR(ValidateAuth(config.auth));
   CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_failures",
                                       config.cluster.max_worker_failures, 0));

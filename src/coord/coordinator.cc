@@ -49,8 +49,8 @@ Coordinator::Coordinator(const JobConfig& config)
               InitialWindow(config, ProfiledThroughputs(config))),
       planner_(config_, SampleBytesOrZero(config)) {
   for (const std::string& endpoint : config_.cluster.ps_endpoints) {
-    servers_.push_back(rpc::ParameterServer::NewStub(
-        MakeChannel(endpoint, config_.server.max_message_bytes)));
+    servers_.push_back(rpc::ParameterServer::NewStub(MakeChannel(
+        endpoint, config_.server.max_message_bytes, config_.credentials)));
   }
   workers_.resize(config_.num_workers());
   for (WorkerState& w : workers_) w.last_seen = started_;
@@ -606,7 +606,7 @@ CoordinatorClient::CoordinatorClient(const JobConfig& config, uint32_t rank)
       rank_(rank),
       stub_(rpc::Coordinator::NewStub(
           MakeChannel(config.cluster.ps_endpoints.at(0),
-                      config.server.max_message_bytes))) {}
+                      config.server.max_message_bytes, config.credentials))) {}
 
 CoordinatorClient::~CoordinatorClient() {
   {
@@ -753,9 +753,11 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
   return FromGrpcStatus(stub_->Leave(&ctx, request, &response));
 }
 
-absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
-                                                double timeout_s) {
-  auto stub = rpc::Coordinator::NewStub(MakeChannel(endpoint, 64 << 20));
+absl::StatusOr<rpc::StatusResponse> QueryStatus(
+    const std::string& endpoint, double timeout_s,
+    const Credentials& credentials) {
+  auto stub =
+      rpc::Coordinator::NewStub(MakeChannel(endpoint, 64 << 20, credentials));
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout_s));
   ctx.set_wait_for_ready(true);

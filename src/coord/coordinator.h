@@ -223,8 +223,10 @@ class CoordinatorClient {
   std::thread heartbeat_;
 };
 
-// Reads the status of a running job from its coordinator.
+// Reads the status of a running job from its coordinator, connecting with
+// the job's `credentials`.
 absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
-                                                double timeout_s);
+                                                double timeout_s,
+                                                const Credentials& credentials);
 
 }  // namespace hetps

@@ -16,9 +16,9 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
   if (!ps.ok()) return ps.status();
   node->ps_ = std::move(*ps);
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(builder, config.server.max_message_bytes);
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(),
-                           &node->port_);
+  ConfigureServerBuilder(builder, listen_address,
+                         config.server.max_message_bytes, config.credentials,
+                         &node->port_);
   builder.RegisterService(node->ps_.get());
   if (rank == 0) {
     node->coordinator_ = std::make_unique<Coordinator>(config);
@@ -40,7 +40,9 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
   if (node->server_ == nullptr || node->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "server ", rank, ": cannot listen on ", listen_address,
-        " (address in use or not local?)"));
+        " (address in use or not local?",
+        config.credentials.ca_pem.empty() ? "" : " TLS certificate or key bad?",
+        ")"));
   }
   if (node->coordinator_) node->coordinator_->Start();
   if (node->checkpointer_) node->checkpointer_->Start();
@@ -72,7 +74,8 @@ void ServerNode::Shutdown(absl::Duration grace) {
 
 void ServerNode::FetchMembership(const JobConfig& config) {
   auto status =
-      QueryStatus(config.cluster.ps_endpoints.at(0), config.client.connect_deadline_s);
+      QueryStatus(config.cluster.ps_endpoints.at(0),
+                  config.client.connect_deadline_s, config.credentials);
   if (!status.ok()) {
     spdlog::warn("server {}: no live set from the coordinator ({}); all "
                  "workers count as live until the next change",

@@ -208,6 +208,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
   options.worker_id = worker_id;
   options.rpc = config.client;
   options.max_message_bytes = config.server.max_message_bytes;
+  options.credentials = config.credentials;
   // Sync rounds and the semi_async clocks need every server to see every
   // push, even one without keys of its own.
   options.push_to_all_servers = config.mode != ConsistencyMode::kAsync;

@@ -49,8 +49,8 @@ class PsServerTest : public ::testing::Test {
     auto node = ServerNode::Start(TwoTableJob(), 0, "127.0.0.1:0");
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
-    auto channel =
-        MakeChannel("127.0.0.1:" + std::to_string(node_->port()), 64 << 20);
+    auto channel = MakeChannel("127.0.0.1:" + std::to_string(node_->port()),
+                               64 << 20, Credentials());
     ps_ = rpc::ParameterServer::NewStub(channel);
     coord_ = rpc::Coordinator::NewStub(channel);
   }
