@@ -69,6 +69,10 @@ struct ClusterConfig {
   // is stopped. The coordinator drops a dead worker from the live set after
   // server.heartbeat_timeout_s; rank 0 (it evaluates) must survive.
   int max_worker_failures = 0;
+  // launch: how many times a worker that dies is started again; the new
+  // process registers again, rejoins the live set and continues where the
+  // job is (docs/CHECKPOINTS.md). Restarts come before failures.
+  int max_worker_restarts = 0;
 };
 
 struct ServerOptions {

@@ -28,6 +28,10 @@ namespace hetps {
 struct PsClientOptions {
   std::vector<std::string> endpoints;  // server rank i at endpoints[i]
   uint32_t worker_id = 0;
+  // The worker's registration count (RegisterResponse.incarnation); 0 for
+  // a client that does not register. A restarted worker's higher one tells
+  // the servers that its clocks start again at 0.
+  uint32_t incarnation = 0;
   ClientOptions rpc;
   uint64_t max_message_bytes = 512ull << 20;
   Credentials credentials;  // the job's (JobConfig::credentials)

@@ -175,6 +175,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
 
   int finished = 0;
   int server_restarts = 0;
+  int worker_restarts = 0;
   std::vector<int> failed_workers;
   auto last_status = Clock::now();
   while (finished < workers) {
@@ -211,8 +212,18 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       continue;
     }
     if (exit->exit_code != 0) {
-      // Rank 0 evaluates the model: the job cannot end well without it.
       const int rank = std::stoi(exit->label.substr(strlen("worker ")));
+      if (worker_restarts < config.cluster.max_worker_restarts) {
+        ++worker_restarts;
+        spdlog::warn("{} died (exit code {}); starting it again ({} of "
+                     "cluster.max_worker_restarts = {})",
+                     exit->label, exit->exit_code, worker_restarts,
+                     config.cluster.max_worker_restarts);
+        auto pid = group.Spawn(exit->label, child_args("worker", rank));
+        if (!pid.ok()) return fail(std::string(pid.status().message()));
+        continue;
+      }
+      // Rank 0 evaluates the model: the job cannot end well without it.
       if (rank == 0 || static_cast<int>(failed_workers.size()) >=
                            config.cluster.max_worker_failures) {
         return fail(absl::StrCat(exit->label, " failed with exit code ",
@@ -301,6 +312,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     summary["warnings"] = reports[0].value("warnings", nlohmann::json::array());
     summary["failed_workers"] = failed_workers;
     summary["server_restarts"] = server_restarts;
+    summary["worker_restarts"] = worker_restarts;
     if (final_status.ok()) {
       summary["finished_chunks"] = final_status->finished_chunks();
       summary["finished_samples"] = final_status->finished_samples();

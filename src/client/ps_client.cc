@@ -304,6 +304,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
     req.set_table(table);
     req.set_dim(static_cast<uint32_t>(dim));
     req.set_worker_id(impl_->options.worker_id);
+    req.set_incarnation(impl_->options.incarnation);
     req.set_clock(impl_->clock.load());
     auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
     for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
@@ -358,6 +359,7 @@ absl::Status PsClient::PullDense(const std::string& table,
     requests[s].set_table(table);
     requests[s].set_size(meta->dim);
     requests[s].set_worker_id(impl_->options.worker_id);
+    requests[s].set_incarnation(impl_->options.incarnation);
     requests[s].set_clock(impl_->clock.load());
   }
   absl::Status status = impl_->CallAll(
@@ -399,6 +401,7 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
   for (uint32_t s = 0; s < n; ++s) {
     requests[s].set_protocol_version(kProtocolVersion);
     requests[s].set_worker_id(impl_->options.worker_id);
+    requests[s].set_incarnation(impl_->options.incarnation);
     requests[s].set_clock(clock);
     requests[s].set_batch_size(batch_size);
   }

@@ -92,6 +92,7 @@ void Fields(ClusterConfig& c, Visit&& visit) {
   visit("ps_endpoints", c.ps_endpoints);
   visit("worker_endpoints", c.worker_endpoints);
   visit("max_worker_failures", c.max_worker_failures);
+  visit("max_worker_restarts", c.max_worker_restarts);
 }
 
 template <typename Visit>
@@ -934,6 +935,8 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_failures",
                                       config.cluster.max_worker_failures, 0));
+  CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_restarts",
+                                      config.cluster.max_worker_restarts, 0));
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("log_level", "level", config.log_level, kLogLevels));
   CONFIG_RETURN_IF_ERROR(ValidateCheckpoint(config.checkpoint));

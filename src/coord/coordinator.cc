@@ -147,6 +147,20 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
       WorkerState& w = workers_[request->rank()];
       w.registered = true;
       w.last_seen = absl::Now();
+      ++w.incarnation;
+      response->set_incarnation(w.incarnation);
+      if (w.lease) {
+        // Registering again: the process restarted before it was found
+        // dead, and the chunk it held is not finished.
+        spdlog::info(
+            "chunk {} of {} (epoch {}) that worker {} held when it restarted "
+            "goes back to the queue",
+            w.lease->chunk(), w.lease->chunks(), w.lease->epoch() + 1,
+            request->rank());
+        tail_.push_front(*w.lease);
+        w.lease.reset();
+        ++requeued_chunks_;
+      }
       if (!w.live) {
         w.live = true;
         w.left_reason.clear();
@@ -154,7 +168,11 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
         rejoined = true;
       }
       spdlog::info("worker {} registered{}", request->rank(),
-                   rejoined ? " (rejoined the live set)" : "");
+                   w.incarnation > 1
+                       ? absl::StrCat(" again (incarnation ", w.incarnation,
+                                      rejoined ? ", rejoined the live set)"
+                                               : ")")
+                       : "");
     }
     response->set_epoch(epoch_);
   }

@@ -100,6 +100,7 @@ class Coordinator final : public rpc::Coordinator::Service {
   struct WorkerState {
     bool live = true;
     bool registered = false;
+    uint32_t incarnation = 0;  // registrations so far
     absl::Time last_seen;
     uint64_t step = 0;
     uint64_t samples = 0;

@@ -47,11 +47,15 @@ class LiveSet {
     auto it = clocks_.find(w);
     return it == clocks_.end() ? 0 : it->second;
   }
-  // The smallest clock among live workers (0 when none is live).
-  uint64_t SlowestLiveClock() const {
+  // The smallest clock among live workers other than `except` (0 when
+  // there is none).
+  uint64_t SlowestLiveClock(
+      uint32_t except = std::numeric_limits<uint32_t>::max()) const {
     uint64_t slowest = std::numeric_limits<uint64_t>::max();
-    for (uint32_t w : live_) slowest = std::min(slowest, ClockOf(w));
-    return live_.empty() ? 0 : slowest;
+    for (uint32_t w : live_) {
+      if (w != except) slowest = std::min(slowest, ClockOf(w));
+    }
+    return slowest == std::numeric_limits<uint64_t>::max() ? 0 : slowest;
   }
   void FillClocks(AggregatorStats* stats) const {
     for (const auto& [w, c] : clocks_) {
@@ -157,6 +161,12 @@ class AsyncAggregator final : public Aggregator {
     return applied_.load(std::memory_order_relaxed);
   }
 
+  uint64_t RejoinClock(uint32_t worker) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = next_clock_.find(worker);
+    return it == next_clock_.end() ? 0 : it->second;
+  }
+
   void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
     std::unique_lock<std::shared_mutex> exclusive(apply_mu_);
     fn(applied_rounds());
@@ -242,6 +252,11 @@ class SyncAggregator final : public Aggregator {
   }
 
   uint64_t applied_rounds() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return applied_;
+  }
+
+  uint64_t RejoinClock(uint32_t) const override {
     std::lock_guard<std::mutex> lock(mu_);
     return applied_;
   }
@@ -426,6 +441,11 @@ class SemiAsyncAggregator final : public Aggregator {
   uint64_t applied_rounds() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return applied_;
+  }
+
+  uint64_t RejoinClock(uint32_t worker) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::max(live_.ClockOf(worker), live_.SlowestLiveClock(worker));
   }
 
   void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {

@@ -123,6 +123,11 @@ class Aggregator {
   // Sync: rounds applied. Async: pushes applied. semi_async: queue applies.
   virtual uint64_t applied_rounds() const = 0;
 
+  // The clock a restarted `worker` (its own count back at 0) continues
+  // from: sync: the open round; async: its next clock; semi_async: its
+  // last clock, or the slowest live worker's when that is later.
+  virtual uint64_t RejoinClock(uint32_t worker) const = 0;
+
   // Runs `fn(applied_rounds())` while no gradient is being applied, so the
   // tables it reads are between two updates (a checkpoint). Pushes and
   // pulls wait meanwhile.

@@ -134,6 +134,30 @@ absl::Status PsServer::CheckKeys(const std::string& table,
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
+                                            uint32_t incarnation,
+                                            uint64_t clock) {
+  std::lock_guard<std::mutex> lock(incarnations_mu_);
+  auto [it, first] = incarnations_.try_emplace(worker);
+  Incarnation& known = it->second;
+  if (first) {
+    known.number = incarnation;
+  } else if (incarnation < known.number) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker, ": incarnation ", incarnation,
+        " was replaced by incarnation ", known.number,
+        " (a newer process of this rank registered)"));
+  } else if (incarnation > known.number) {
+    const uint64_t rejoin = aggregator_->RejoinClock(worker);
+    known.number = incarnation;
+    known.offset = rejoin > clock ? rejoin - clock : 0;
+    spdlog::info(
+        "worker {} restarted (incarnation {}): its clock {} continues as {}",
+        worker, incarnation, clock, clock + known.offset);
+  }
+  return clock + known.offset;
+}
+
 absl::Status PsServer::AwaitPull(grpc::ServerContext* context,
                                  uint32_t worker_id, uint64_t clock) {
   return aggregator_->AwaitPull(
@@ -167,7 +191,10 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
   std::vector<uint64_t> scratch;
   auto keys = ViewAs<uint64_t>(request.keys(), scratch);
   if (auto s = CheckKeys(request.table(), keys); !s.ok()) return s;
-  if (auto s = AwaitPull(context, request.worker_id(), request.clock());
+  auto clock =
+      JobClock(request.worker_id(), request.incarnation(), request.clock());
+  if (!clock.ok()) return clock.status();
+  if (auto s = AwaitPull(context, request.worker_id(), *clock);
       !s.ok()) {
     return s;
   }
@@ -200,7 +227,10 @@ absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
         absl::StrCat("table '", request.table(), "' has size ",
                      table->config().dim, ", request says ", request.size()));
   }
-  if (auto s = AwaitPull(context, request.worker_id(), request.clock());
+  auto clock =
+      JobClock(request.worker_id(), request.incarnation(), request.clock());
+  if (!clock.ok()) return clock.status();
+  if (auto s = AwaitPull(context, request.worker_id(), *clock);
       !s.ok()) {
     return s;
   }
@@ -225,7 +255,7 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
   }
   PushView view;
   view.worker_id = request.worker_id();
-  view.clock = request.clock();
+
   view.batch_size = request.batch_size();
   // Scratch copies for payloads that arrive misaligned; they must outlive
   // the views, hence one per gradient, reserved so they never move.
@@ -312,6 +342,11 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
           absl::StrCat("unknown table '", grad.table(), "'"));
     }
   }
+  // Last, so that a request refused above leaves no trace.
+  auto clock =
+      JobClock(request.worker_id(), request.incarnation(), request.clock());
+  if (!clock.ok()) return clock.status();
+  view.clock = *clock;
   return aggregator_->Push(view);
 }
 

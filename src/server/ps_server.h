@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -86,6 +87,13 @@ class PsServer final : public rpc::ParameterServer::Service {
                          std::span<const uint64_t> keys) const;
   absl::Status AwaitPull(grpc::ServerContext* context, uint32_t worker_id,
                          uint64_t clock);
+  // The aggregator's clock for a request of `worker` at `clock` from its
+  // `incarnation` (RegisterResponse.incarnation). The first incarnation this
+  // server sees keeps its clocks; a newer one (the worker restarted, its
+  // clocks back at 0) is moved to Aggregator::RejoinClock; an older one is
+  // refused with FAILED_PRECONDITION.
+  absl::StatusOr<uint64_t> JobClock(uint32_t worker, uint32_t incarnation,
+                                    uint64_t clock);
 
   // Constant after construction.
   const JobConfig config_;
@@ -95,6 +103,13 @@ class PsServer final : public rpc::ParameterServer::Service {
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
   absl::flat_hash_map<std::string, std::unique_ptr<DenseTable>> dense_;
   std::function<absl::StatusOr<std::string>()> save_;  // set before serving
+
+  struct Incarnation {
+    uint32_t number = 0;
+    uint64_t offset = 0;  // added to this incarnation's clocks
+  };
+  std::mutex incarnations_mu_;
+  absl::flat_hash_map<uint32_t, Incarnation> incarnations_;  // by worker
 };
 
 // Builds the protobuf schema of a configured table.

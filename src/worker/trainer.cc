@@ -201,11 +201,12 @@ class Worker {
   const std::vector<TableConfig> tables_;
 };
 
-absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
-                                                        uint32_t worker_id) {
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(
+    const JobConfig& config, uint32_t worker_id, uint32_t incarnation) {
   PsClientOptions options;
   options.endpoints = config.cluster.ps_endpoints;
   options.worker_id = worker_id;
+  options.incarnation = incarnation;
   options.rpc = config.client;
   options.max_message_bytes = config.server.max_message_bytes;
   options.credentials = config.credentials;
@@ -228,7 +229,7 @@ class PeriodicEvaluator {
     auto reader = OpenReader(config_.train.data, Split::kTest, 0, 1);
     if (!reader.ok()) return reader.status();
     reader_ = std::move(*reader);
-    auto client = ConnectClient(config_, kEvaluatorId);
+    auto client = ConnectClient(config_, kEvaluatorId, 0);
     if (!client.ok()) return client.status();
     client_ = std::move(*client);
     thread_ = std::thread([this] { Run(); });
@@ -312,7 +313,7 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   CoordinatorClient coordinator(config, rank);
   auto registration = coordinator.Register();
   if (!registration.ok()) return registration.status();
-  auto client = ConnectClient(config, rank);
+  auto client = ConnectClient(config, rank, registration->incarnation());
   if (!client.ok()) return client.status();
 
   // The first plan before the first batch (a plain batch_size if the

@@ -145,6 +145,55 @@ void KillMidRun(const std::string& mode) {
               undisturbed.summary["test_auc"].get<double>(), 0.005);
 }
 
+// Kills worker 2 of 4 mid-run with cluster.max_worker_restarts = 1: launch
+// starts it again, it registers again (incarnation 2), the servers move its
+// clocks (back at 0) to where the job is, it trains on, and every sample is
+// still trained exactly once.
+void RestartMidRun(const std::string& mode) {
+  TempDir dir;
+  const std::string config = dir.Write("job.yaml", MixedJob(mode, 4));
+  testing::LaunchedJob run;
+  std::thread launcher([&] {
+    run = testing::LaunchJob(dir, config, {"cluster.max_worker_restarts=1"});
+  });
+  std::optional<pid_t> victim;
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!victim && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    victim =
+        testing::FindProcess({"worker", "--config", config, "--rank", "2"});
+  }
+  ASSERT_TRUE(victim.has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  kill(*victim, SIGKILL);
+  launcher.join();
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_THAT(out, HasSubstr("worker 2 died"));
+  EXPECT_THAT(out, HasSubstr("starting it again"));
+  EXPECT_THAT(out, HasSubstr("worker 2 registered again (incarnation 2"));
+  EXPECT_THAT(out, HasSubstr("worker 2 restarted (incarnation 2): its clock 0 "
+                             "continues as"));
+  EXPECT_EQ(run.summary["worker_restarts"], 1);
+  EXPECT_EQ(run.summary["failed_workers"], nlohmann::json::array());
+  EXPECT_EQ(run.summary["requeued_chunks"], 1);
+  EXPECT_EQ(run.summary["finished_samples"], 40000);
+  // The new process reported, and trained.
+  bool reported = false;
+  for (const auto& w : run.summary["per_worker"]) {
+    if (w["rank"] == 2) reported = w["samples"].get<uint64_t>() > 0;
+  }
+  EXPECT_TRUE(reported);
+  EXPECT_GT(run.summary["test_auc"].get<double>(), 0.7);
+}
+
+TEST(HeteroClusterTest, RestartedWorkerRejoinsSync) { RestartMidRun("sync"); }
+
+TEST(HeteroClusterTest, RestartedWorkerRejoinsSemiAsync) {
+  RestartMidRun("semi_async");
+}
+
 TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSemiAsyncFinishes) {
   KillMidRun("semi_async");
 }

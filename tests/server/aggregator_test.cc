@@ -107,6 +107,46 @@ TEST_F(AggregatorTest, SyncRetriedPushIsNotAppliedTwice) {
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
 }
 
+// A server restarted from a checkpoint meets workers at round 5: the
+// rounds before close empty once every live worker is known past them, and
+// round 5 is applied from the pushes that arrive.
+TEST_F(AggregatorTest, SyncRestartedServerJoinsTheRoundItsWorkersAreIn) {
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
+  // Worker 0 pulls at clock 6 (it pushed round 5 elsewhere before the
+  // restart); worker 1 retries its push of round 5.
+  absl::Status early =
+      agg->AwaitPull(0, 6, absl::Now() + absl::Milliseconds(50), nullptr);
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded)
+      << "worker 1 is not known past round 0 yet";
+  EXPECT_EQ(agg->applied_rounds(), 0u);
+  ASSERT_TRUE(agg->Push(MakePush(1, 5, 1, {7}, {2, 2}, {0, 0, 0})).ok());
+  // Rounds 0..4 closed empty; round 5 holds worker 1's push and closes too
+  // (worker 0 is past it): applied once, as its only gradient.
+  EXPECT_EQ(agg->applied_rounds(), 6u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));
+  EXPECT_TRUE(
+      agg->AwaitPull(0, 6, absl::Now() + absl::Seconds(1), nullptr).ok());
+  EXPECT_EQ(agg->RejoinClock(1), 6u);
+}
+
+TEST_F(AggregatorTest, RejoinClockIsWhereTheJobIs) {
+  auto async = *Aggregator::Create(ConsistencyMode::kAsync, 2);
+  ASSERT_TRUE(async->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  ASSERT_TRUE(async->Push(MakePush(1, 1, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  EXPECT_EQ(async->RejoinClock(1), 2u);
+  EXPECT_EQ(async->RejoinClock(0), 0u);
+  SemiAsyncOptions options;
+  options.window = 8;
+  auto semi = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  for (uint64_t c = 0; c < 4; ++c) {
+    ASSERT_TRUE(semi->Push(MakePush(0, c, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  }
+  ASSERT_TRUE(semi->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  // Worker 1 (clock 1) restarts: it continues at the slowest other live
+  // worker's clock (worker 0, clock 4), not at its own old one.
+  EXPECT_EQ(semi->RejoinClock(1), 4u);
+}
+
 TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
   auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
   ASSERT_TRUE(

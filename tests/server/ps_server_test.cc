@@ -127,6 +127,27 @@ TEST_F(PsServerTest, WrongDimensionIsInvalidArgument) {
   EXPECT_THAT(s.error_message(), HasSubstr("has dim 4, request says 2"));
 }
 
+// The server is async here: a restarted worker (incarnation 2, clock back
+// at 0) continues at its next clock; its old process is refused.
+TEST_F(PsServerTest, RestartedWorkerContinuesAndItsOldIncarnationIsRefused) {
+  rpc::PushRequest first = GoodPush({1}, 1.0f);
+  first.set_incarnation(1);
+  ASSERT_TRUE(Push(first).ok());
+  rpc::PushRequest restarted = GoodPush({1}, 1.0f);
+  restarted.set_incarnation(2);
+  restarted.set_clock(0);
+  ASSERT_TRUE(Push(restarted).ok());
+  // Applied, not taken for a retry of clock 0.
+  EXPECT_EQ(Row(1), (std::vector<float>{-1.0f, -1.0f, -1.0f, -1.0f}));
+  rpc::PushRequest old = GoodPush({1}, 1.0f);
+  old.set_incarnation(1);
+  grpc::Status s = Push(old);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("incarnation 1 was replaced by incarnation 2"));
+  EXPECT_EQ(Row(1), (std::vector<float>{-1.0f, -1.0f, -1.0f, -1.0f}));
+}
+
 TEST_F(PsServerTest, UnknownTableIsNotFound) {
   ApplyOneGoodPush();
   rpc::PushRequest req = GoodPush({2}, 1.0f);
