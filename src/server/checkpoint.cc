@@ -116,6 +116,7 @@ class ByteReader {
   template <typename T>
   bool Read(T* out, size_t count = 1) {
     const size_t n = sizeof(T) * count;
+    if (n == 0) return true;  // `out` may be null (no optimizer state)
     if (bytes_.size() - pos_ < n) return false;
     std::memcpy(out, bytes_.data() + pos_, n);
     pos_ += n;
@@ -256,6 +257,7 @@ absl::Status CheckpointWriter::AddFile(
     buffer.clear();
   };
   write([&](const void* data, size_t bytes) {
+    if (bytes == 0) return;  // `data` may be null (no optimizer state)
     XXH64_update(hash, data, bytes);
     total += bytes;
     const char* p = static_cast<const char*>(data);
