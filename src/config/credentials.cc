@@ -2,50 +2,31 @@
 
 #include "config/credentials.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 
 namespace hetps {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& field,
-                                     const std::string& path) {
-  auto unreadable = [&](int error) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": cannot read '", path, "' (", std::strerror(error), ")"));
-  };
-  // Plain POSIX reads: unlike ifstream they report a directory (EISDIR).
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return unreadable(errno);
-  std::string text;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      close(fd);
-      return unreadable(error);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
+// The file a field names; the error names the field.
+absl::StatusOr<std::string> ReadField(const std::string& field,
+                                      const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", text.status().message()));
   }
-  close(fd);
   return text;
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& field,
                                     const std::string& path) {
-  absl::StatusOr<std::string> pem = ReadFile(field, path);
+  absl::StatusOr<std::string> pem = ReadField(field, path);
   if (!pem.ok()) return pem.status();
   // gRPC only says "handshake failed" about a bad PEM, much later.
   if (!absl::StrContains(*pem, "-----BEGIN ")) {
@@ -80,7 +61,7 @@ absl::Status ResolveCredentials(
   Credentials resolved;
   if (!auth.token_file.empty()) {
     absl::StatusOr<std::string> text =
-        ReadFile("auth.token_file", auth.token_file);
+        ReadField("auth.token_file", auth.token_file);
     if (!text.ok()) return text.status();
     absl::StatusOr<std::string> token = CheckToken(
         absl::StrCat("auth.token_file: '", auth.token_file, "'"), *text);

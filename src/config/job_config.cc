@@ -6,11 +6,7 @@
 // decoder onto the existing config, so the file and the command line can
 // never disagree about names or types. Adding a field is one line.
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/file.h"
 #include "hetps/config.h"
 #include "yaml-cpp/yaml.h"
 
@@ -949,28 +946,12 @@ absl::StatusOr<JobConfig> ParseJobConfigYaml(const std::string& yaml_text) {
 }
 
 absl::StatusOr<JobConfig> LoadJobConfigFile(const std::string& path) {
-  auto unreadable = [&path](int error) {
-    return absl::NotFoundError(absl::StrCat(
-        "config file '", path, "': cannot read (", std::strerror(error), ")"));
-  };
-  // Plain POSIX reads: unlike ifstream they report a directory (EISDIR).
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return unreadable(errno);
-  std::string text;
-  char buf[8192];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      close(fd);
-      return unreadable(error);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat("config file: ", text.status().message()));
   }
-  close(fd);
-  return ParseYaml(text, path);
+  return ParseYaml(*text, path);
 }
 
 absl::Status ApplyOverride(JobConfig& config, const std::string& assignment) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <fstream>
 #include <system_error>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "coord/coordinator.h"
 #include "server/ps_server.h"
@@ -73,15 +75,6 @@ std::vector<std::pair<uint64_t, std::string>> ListCheckpoints(
   return found;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing"));
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": unreadable"));
-  return bytes;
-}
-
 // The manifest's entry for `name`, or null.
 const nlohmann::json* FileEntry(const nlohmann::json& manifest,
                                 const std::string& name) {
@@ -134,6 +127,62 @@ std::string TableFileName(const TableConfig& table) {
                       table.kind == TableKind::kSparse ? ".sparse" : ".dense");
 }
 
+// The rows of a `.sparse` table file (`path` names it in errors): calls
+// `row(key, update count, weights, state)` for each. Its dim must be `dim`;
+// its state width is returned through `state_width`.
+absl::Status ReadSparseFile(
+    const std::string& bytes, const std::string& path, uint64_t dim,
+    uint64_t* state_width,
+    const std::function<void(uint64_t, uint64_t, std::span<const float>,
+                             std::span<const float>)>& row) {
+  ByteReader in(bytes);
+  char magic[8];
+  uint64_t header[2];
+  if (!in.Read(magic, 8) || std::memcmp(magic, kSparseMagic, 8) != 0 ||
+      !in.Read(header, 2) || header[0] != dim || header[1] > (1u << 20)) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": not a sparse table file of rows of ", dim, " floats"));
+  }
+  *state_width = header[1];
+  std::vector<float> w(dim), state(header[1]);
+  uint64_t key, updates;
+  while (in.left() > 0) {
+    if (!in.Read(&key) || !in.Read(&updates) || !in.Read(w.data(), w.size()) ||
+        !in.Read(state.data(), state.size())) {
+      return absl::DataLossError(absl::StrCat(path, ": ends inside a row"));
+    }
+    row(key, updates, w, state);
+  }
+  return absl::OkStatus();
+}
+
+// A `.dense` slice file: its offset in the whole array and the slice.
+struct DenseFile {
+  uint64_t offset = 0;
+  DenseTable::Snapshot slice;
+};
+
+absl::StatusOr<DenseFile> ReadDenseFile(const std::string& bytes,
+                                        const std::string& path) {
+  ByteReader in(bytes);
+  char magic[8];
+  uint64_t header[4];
+  DenseFile file;
+  if (!in.Read(magic, 8) || std::memcmp(magic, kDenseMagic, 8) != 0 ||
+      !in.Read(header, 4) ||
+      (header[1] + header[2]) * sizeof(float) != in.left()) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": not a dense slice file, or not as long as its header says"));
+  }
+  file.offset = header[0];
+  file.slice.weights.resize(header[1]);
+  file.slice.state.resize(header[2]);
+  file.slice.updates = header[3];
+  in.Read(file.slice.weights.data(), file.slice.weights.size());
+  in.Read(file.slice.state.data(), file.slice.state.size());
+  return file;
+}
+
 }  // namespace
 
 std::string ServerCheckpointDir(const std::string& root, uint32_t rank) {
@@ -145,7 +194,7 @@ std::string ServerCheckpointDir(const std::string& root, uint32_t rank) {
 
 absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
   const std::string manifest_path = (fs::path(path) / kManifestName).string();
-  auto text = ReadWholeFile(manifest_path);
+  auto text = ReadFile(manifest_path);
   if (!text.ok()) {
     return absl::DataLossError(absl::StrCat(
         manifest_path, ": missing (the checkpoint was not finished)"));
@@ -167,7 +216,7 @@ absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
     }
     const std::string file =
         (fs::path(path) / entry.value("name", "")).string();
-    auto bytes = ReadWholeFile(file);
+    auto bytes = ReadFile(file);
     if (!bytes.ok()) return absl::DataLossError(bytes.status().message());
     if (absl::Status s = CheckBytes(file, entry, *bytes); !s.ok()) return s;
   }
@@ -199,7 +248,7 @@ absl::StatusOr<std::string> ReadCheckpointFile(const VerifiedCheckpoint& ckpt,
     return absl::DataLossError(
         absl::StrCat(path, ": not listed in the manifest"));
   }
-  auto bytes = ReadWholeFile(path);
+  auto bytes = ReadFile(path);
   if (!bytes.ok()) return absl::DataLossError(bytes.status().message());
   if (absl::Status s = CheckBytes(path, *entry, *bytes); !s.ok()) return s;
   return bytes;
@@ -357,23 +406,14 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
       for (const auto& c : ckpts) {
         auto bytes = ReadCheckpointFile(c, file);
         if (!bytes.ok()) return bytes.status();
-        ByteReader in(*bytes);
-        char magic[8];
-        uint64_t header[2];
-        if (!in.Read(magic, 8) || !in.Read(header, 2) || header[0] != dim) {
-          return absl::DataLossError(absl::StrCat(c.path, "/", file, ": bad header"));
-        }
-        std::vector<float> state(header[1]);
-        while (in.left() > 0) {
-          uint64_t key, updates;
-          std::vector<float> w(dim);
-          if (!in.Read(&key) || !in.Read(&updates) || !in.Read(w.data(), dim) ||
-              !in.Read(state.data(), state.size())) {
-            return absl::DataLossError(
-                absl::StrCat(c.path, "/", file, ": ends inside a row"));
-          }
-          rows.emplace_back(key, std::move(w));
-        }
+        uint64_t state_width;
+        absl::Status read = ReadSparseFile(
+            *bytes, absl::StrCat(c.path, "/", file), dim, &state_width,
+            [&](uint64_t key, uint64_t, std::span<const float> w,
+                std::span<const float>) {
+              rows.emplace_back(key, std::vector<float>(w.begin(), w.end()));
+            });
+        if (!read.ok()) return read;
       }
       std::sort(rows.begin(), rows.end());
       entry["file"] = name + ".rows";
@@ -390,14 +430,15 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
       for (const auto& c : ckpts) {
         auto bytes = ReadCheckpointFile(c, file);
         if (!bytes.ok()) return bytes.status();
-        ByteReader in(*bytes);
-        char magic[8];
-        uint64_t header[4];
-        if (!in.Read(magic, 8) || !in.Read(header, 4) ||
-            header[0] + header[1] > dim ||
-            !in.Read(whole.data() + header[0], header[1])) {
-          return absl::DataLossError(absl::StrCat(c.path, "/", file, ": bad slice"));
+        const std::string path = absl::StrCat(c.path, "/", file);
+        auto slice = ReadDenseFile(*bytes, path);
+        if (!slice.ok()) return slice.status();
+        const std::vector<float>& w = slice->slice.weights;
+        if (slice->offset > dim || w.size() > dim - slice->offset) {
+          return absl::DataLossError(
+              absl::StrCat(path, ": slice beyond the table's ", dim, " floats"));
         }
+        std::copy(w.begin(), w.end(), whole.begin() + slice->offset);
       }
       entry["file"] = name + ".dense";
       std::ofstream out(fs::path(out_dir) / (name + ".dense"), std::ios::binary);
@@ -560,44 +601,35 @@ absl::Status Checkpointer::Restore() {
     auto bytes = ReadCheckpointFile(*ckpt, name);
     if (!bytes.ok()) return bytes.status();
     const std::string path = absl::StrCat(ckpt->path, "/", name);
-    ByteReader in(*bytes);
-    char magic[8];
-    auto bad = [&](absl::string_view what) {
-      return absl::DataLossError(absl::StrCat(path, ": ", what));
-    };
-    if (!in.Read(magic, 8)) return bad("too short for its header");
     if (sparse) {
       SparseTable* t = server_->sparse_table(table.name);
-      uint64_t header[2];
-      if (std::memcmp(magic, kSparseMagic, 8) != 0 || !in.Read(header, 2) ||
-          header[0] != t->dim() || header[1] != t->state_width()) {
-        return bad("not a sparse table file of this table's width");
-      }
-      std::vector<float> w(t->dim()), state(t->state_width());
-      uint64_t key, updates;
-      while (in.left() > 0) {
-        if (!in.Read(&key) || !in.Read(&updates) ||
-            !in.Read(w.data(), w.size()) || !in.Read(state.data(), state.size())) {
-          return bad("ends inside a row");
-        }
-        t->RestoreRow(key, w, state, updates);
+      uint64_t state_width;
+      absl::Status read = ReadSparseFile(
+          *bytes, path, t->dim(), &state_width,
+          [&](uint64_t key, uint64_t updates, std::span<const float> w,
+              std::span<const float> state) {
+            if (state_width == t->state_width()) {
+              t->RestoreRow(key, w, state, updates);
+            }
+          });
+      if (!read.ok()) return read;
+      if (state_width != t->state_width()) {
+        return absl::DataLossError(absl::StrCat(
+            path, ": rows carry ", state_width, " floats of optimizer state, '",
+            table.optimizer.type, "' keeps ", t->state_width()));
       }
     } else {
       DenseTable* t = server_->dense_table(table.name);
-      uint64_t header[4];
-      if (std::memcmp(magic, kDenseMagic, 8) != 0 || !in.Read(header, 4) ||
-          header[0] != t->offset() || header[1] != t->length()) {
-        return bad("not a dense slice file of this server's slice");
+      auto file = ReadDenseFile(*bytes, path);
+      if (!file.ok()) return file.status();
+      if (file->offset != t->offset()) {
+        return absl::DataLossError(absl::StrCat(
+            path, ": the slice at ", file->offset, ", this server holds ",
+            t->offset()));
       }
-      DenseTable::Snapshot snap;
-      snap.weights.resize(header[1]);
-      snap.state.resize(header[2]);
-      snap.updates = header[3];
-      if (!in.Read(snap.weights.data(), snap.weights.size()) ||
-          !in.Read(snap.state.data(), snap.state.size()) || in.left() != 0) {
-        return bad("has another length than its header says");
+      if (absl::Status s = t->Restore(std::move(file->slice)); !s.ok()) {
+        return s;
       }
-      if (absl::Status s = t->Restore(std::move(snap)); !s.ok()) return s;
     }
   }
   if (coordinator_ != nullptr && FileEntry(m, kProgressFile) != nullptr) {

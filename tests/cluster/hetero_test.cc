@@ -103,6 +103,24 @@ TEST(HeteroClusterTest, ABatchLargerThanTheEmulatedMemoryFailsTheWorker) {
               HasSubstr("emulated out of memory: a batch of 50 samples"));
 }
 
+// Runs `config` with `sets` and kills worker 2 with SIGKILL once it has
+// trained for 2.5 s.
+testing::LaunchedJob LaunchKillingWorker2(const TempDir& dir,
+                                          const std::string& config,
+                                          const std::vector<std::string>& sets) {
+  testing::LaunchedJob run;
+  std::thread launcher([&] { run = testing::LaunchJob(dir, config, sets); });
+  const auto victim = testing::FindProcess(
+      {"worker", "--config", config, "--rank", "2"}, std::chrono::seconds(30));
+  EXPECT_TRUE(victim.has_value()) << "worker 2 never started";
+  if (victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    kill(*victim, SIGKILL);
+  }
+  launcher.join();
+  return run;
+}
+
 // Kills worker 2 (slow) of 4 mid-run. The job finishes, the chunk it held
 // goes back to the queue, every sample of every epoch is trained by someone
 // (the coordinator counts the samples of each finished chunk), and the
@@ -115,20 +133,7 @@ void KillMidRun(const std::string& mode) {
   EXPECT_EQ(undisturbed.summary["finished_samples"], 40000);
   EXPECT_EQ(undisturbed.summary["requeued_chunks"], 0);
 
-  testing::LaunchedJob run;
-  std::thread launcher([&] { run = testing::LaunchJob(dir, config); });
-  std::optional<pid_t> victim;
-  const auto give_up =
-      std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!victim && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    victim =
-        testing::FindProcess({"worker", "--config", config, "--rank", "2"});
-  }
-  ASSERT_TRUE(victim.has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-  kill(*victim, SIGKILL);
-  launcher.join();
+  const testing::LaunchedJob run = LaunchKillingWorker2(dir, config, {});
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   const std::string& out = run.result.output;
   EXPECT_THAT(out, HasSubstr("worker 2 died"));
@@ -152,22 +157,8 @@ void KillMidRun(const std::string& mode) {
 void RestartMidRun(const std::string& mode) {
   TempDir dir;
   const std::string config = dir.Write("job.yaml", MixedJob(mode, 4));
-  testing::LaunchedJob run;
-  std::thread launcher([&] {
-    run = testing::LaunchJob(dir, config, {"cluster.max_worker_restarts=1"});
-  });
-  std::optional<pid_t> victim;
-  const auto give_up =
-      std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!victim && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    victim =
-        testing::FindProcess({"worker", "--config", config, "--rank", "2"});
-  }
-  ASSERT_TRUE(victim.has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-  kill(*victim, SIGKILL);
-  launcher.join();
+  const testing::LaunchedJob run =
+      LaunchKillingWorker2(dir, config, {"cluster.max_worker_restarts=1"});
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   const std::string& out = run.result.output;
   EXPECT_THAT(out, HasSubstr("worker 2 died"));

@@ -46,6 +46,11 @@ train:
 )");
 }
 
+// The pid of the process with `args` (-1 when none starts within 30 s).
+pid_t AwaitPid(const std::vector<std::string>& args) {
+  return testing::FindProcess(args, std::chrono::seconds(30)).value_or(-1);
+}
+
 // Waits until `dir` holds a checkpoint that verifies.
 bool AwaitCheckpoint(const std::string& dir, std::chrono::seconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -56,15 +61,6 @@ bool AwaitCheckpoint(const std::string& dir, std::chrono::seconds limit) {
   return false;
 }
 
-pid_t AwaitProcess(const std::vector<std::string>& args) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (auto pid = testing::FindProcess(args)) return *pid;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return -1;
-}
-
 TEST(PersistenceTest, LaunchRestartsAKilledServerFromItsCheckpoint) {
   TempDir dir;
   const std::string ckpt = dir.path() + "/ckpt";
@@ -73,7 +69,7 @@ TEST(PersistenceTest, LaunchRestartsAKilledServerFromItsCheckpoint) {
   testing::LaunchedJob run;
   std::thread launcher([&] { run = testing::LaunchJob(dir, config); });
   const pid_t server1 =
-      AwaitProcess({"server", "--config", config, "--rank", "1"});
+      AwaitPid({"server", "--config", config, "--rank", "1"});
   ASSERT_GT(server1, 0);
   ASSERT_TRUE(AwaitCheckpoint(ServerCheckpointDir(ckpt, 1), std::chrono::seconds(60)));
   kill(server1, SIGKILL);
@@ -97,7 +93,7 @@ TEST(PersistenceTest, KilledServerWithoutCheckpointsStopsTheJobSayingWhy) {
     run = testing::LaunchJob(dir, config, {"checkpoint.dir=", "checkpoint.every_rounds=0"});
   });
   const pid_t server1 =
-      AwaitProcess({"server", "--config", config, "--rank", "1"});
+      AwaitPid({"server", "--config", config, "--rank", "1"});
   ASSERT_GT(server1, 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));
   kill(server1, SIGKILL);
@@ -116,7 +112,7 @@ TEST(PersistenceTest, SaveInterruptResumeAndExport) {
   std::thread launcher([&] {
     first = testing::LaunchJob(dir, config, {"checkpoint.every_rounds=0"});
   });
-  ASSERT_GT(AwaitProcess({"worker", "--config", config, "--rank", "1"}), 0);
+  ASSERT_GT(AwaitPid({"worker", "--config", config, "--rank", "1"}), 0);
   std::this_thread::sleep_for(std::chrono::seconds(3));
 
   // `hetps save` on the running job: one checkpoint per server.
@@ -128,7 +124,7 @@ TEST(PersistenceTest, SaveInterruptResumeAndExport) {
   EXPECT_THAT(saved.output, HasSubstr("server 1: " + ckpt + "/server-1/ckpt-00000001"));
 
   // Interrupt the job (Ctrl-C) before it finishes.
-  const pid_t launch = AwaitProcess({"launch", config});
+  const pid_t launch = AwaitPid({"launch", config});
   ASSERT_GT(launch, 0);
   kill(launch, SIGINT);
   launcher.join();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -76,21 +77,28 @@ CommandResult RunCommand(const std::vector<std::string>& args,
   return result;
 }
 
-std::optional<pid_t> FindProcess(const std::vector<std::string>& args) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-    const std::string cmdline((std::istreambuf_iterator<char>(in)), {});
-    const std::vector<std::string> argv = absl::StrSplit(cmdline, '\0');
-    if (argv.size() < args.size()) continue;
-    for (size_t i = 0; i + args.size() <= argv.size(); ++i) {
-      if (std::equal(args.begin(), args.end(), argv.begin() + i)) {
-        return static_cast<pid_t>(std::stol(name));
+std::optional<pid_t> FindProcess(const std::vector<std::string>& args,
+                                 std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    std::error_code ec;
+    for (const auto& entry :
+         std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+      const std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+      const std::vector<std::string> argv = absl::StrSplit(cmdline, '\0');
+      if (argv.size() < args.size()) continue;
+      for (size_t i = 0; i + args.size() <= argv.size(); ++i) {
+        if (std::equal(args.begin(), args.end(), argv.begin() + i)) {
+          return static_cast<pid_t>(std::stol(name));
+        }
       }
     }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return std::nullopt;
 }
 
 LaunchedJob LaunchJob(const TempDir& dir, const std::string& config,

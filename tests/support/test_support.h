@@ -66,8 +66,10 @@ CommandResult RunCommand(const std::vector<std::string>& args,
 
 // The pid of a running process whose command line contains `args` in this
 // order, one after the other (e.g. {"worker", "--config", path, "--rank",
-// "2"}), read from /proc.
-std::optional<pid_t> FindProcess(const std::vector<std::string>& args);
+// "2"}), read from /proc; looked for again every 20 ms until `wait` passed.
+std::optional<pid_t> FindProcess(
+    const std::vector<std::string>& args,
+    std::chrono::milliseconds wait = std::chrono::milliseconds(0));
 
 // `hetps launch config --no-status --summary-json <dir>/summary.json --set
 // ...` and the summary it wrote (null when it wrote none).
