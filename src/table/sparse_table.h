@@ -39,8 +39,11 @@ class SparseTable {
   void Pull(std::span<const uint64_t> keys, std::span<float> out);
 
   // Applies one optimizer step per key with gradient rows `grads`
-  // (keys.size() * dim floats). Keys must be unique within a call; values
-  // must be finite (the server validates both before calling).
+  // (keys.size() * dim floats). Values must be finite (the server validates
+  // them before calling). A key given twice gets two steps, one after the
+  // other under its stripe's lock; the aggregators merge duplicates first
+  // except in async mode, where a raw push that repeats a key (PsClient
+  // never sends one) is applied as sent.
   void Push(std::span<const uint64_t> keys, std::span<const float> grads);
 
   // Number of rows held.
