@@ -1,6 +1,7 @@
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,10 +21,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   // Plain POSIX reads: unlike ifstream they report a directory (EISDIR).
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return unreadable(errno);
+  // Read straight into the string, sized from fstat (checkpoint files run
+  // to gigabytes); a file that grows meanwhile is read to its end.
+  struct stat st;
   std::string text;
-  char buf[1 << 16];
+  text.resize(fstat(fd, &st) == 0 && st.st_size > 0
+                  ? static_cast<size_t>(st.st_size) + 1
+                  : size_t{1} << 16);
+  size_t size = 0;
   while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (size == text.size()) text.resize(text.size() * 2);
+    const ssize_t n = read(fd, text.data() + size, text.size() - size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int error = errno;
@@ -31,9 +39,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
       return unreadable(error);
     }
     if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
+    size += static_cast<size_t>(n);
   }
   close(fd);
+  text.resize(size);
   return text;
 }
 
