@@ -299,15 +299,20 @@ class SyncAggregator final : public Aggregator {
   // Applies, in order, every round that every live worker has moved past
   // (its clock, from pushes and pulls, is beyond the round). A round nobody
   // pushed here closes empty: this server restarted from a checkpoint and
-  // its workers are further on (see aggregator.h).
+  // its workers are further on (see aggregator.h). With nobody live, the
+  // rounds already pushed are applied: their workers left after pushing.
   // Applying under the lock is deliberate: in sync mode nobody may proceed
   // before the round is in the tables anyway.
   // REQUIRES: mu_ held.
   void CloseReadyRounds() {
     const uint64_t first = applied_;
     uint64_t empty = 0;
-    while (!live_.workers().empty() && live_.SlowestLiveClock() > applied_) {
+    while (true) {
       auto it = rounds_.find(applied_);
+      const bool past = live_.workers().empty()
+                            ? it != rounds_.end()
+                            : live_.SlowestLiveClock() > applied_;
+      if (!past) break;
       if (it != rounds_.end()) {
         it->second.sum.Apply();
         rounds_.erase(it);

@@ -147,6 +147,17 @@ TEST_F(AggregatorTest, RejoinClockIsWhereTheJobIs) {
   EXPECT_EQ(semi->RejoinClock(1), 4u);
 }
 
+// Worker 0 pushed round 0 and left; worker 1 is gone too before pushing:
+// the round is applied with what it holds, not dropped.
+TEST_F(AggregatorTest, SyncAppliesAPushedRoundWhenEveryWorkerIsGone) {
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 0u);
+  agg->UpdateMembership(1, {});
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));
+}
+
 TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
   auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
   ASSERT_TRUE(
