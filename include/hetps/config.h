@@ -135,9 +135,25 @@ struct SemiAsyncConfig {
   // and adjusts the window (false: the initial window stays).
   bool adapt_window = true;
   double adapt_every_s = 2.0;
-  // A gradient computed on parameters `s` applies old is weighted by
-  // 1 / (1 + staleness_decay * s).
+  // A gradient computed on parameters `s` applies old takes
+  // 1 / (1 + staleness_decay * s) of a full optimizer step (its share of
+  // the merged gradient and the step's length; see Optimizer::Update).
   double staleness_decay = 0.5;
+  // Pulls of a live worker are answered ahead of the queue: with the rows
+  // the queue's apply will leave, estimated from the pushes queued so far
+  // (their mean gradient, one optimizer step). Without it, a worker that
+  // pushed and pulls again computes on parameters that lack the queue it
+  // just joined: on a balanced cluster almost every gradient is one apply
+  // stale, which costs accuracy at high learning rates (docs/ARCHITECTURE.md,
+  // "Why semi_async lost accuracy").
+  bool lookahead = true;
+  // "Every live worker contributed" applies the queue only once it holds
+  // this fraction of the job's batch per step (train.batch_size ×
+  // cluster.workers) in samples, so a few workers left at the end of the
+  // data do not take full optimizer steps on a few samples each. The
+  // window and the time bound still apply a smaller queue; with nobody
+  // live it applies at once.
+  double min_apply_fraction = 0.5;
 };
 
 // One slow-down of an emulated device: from from_s to to_s seconds after

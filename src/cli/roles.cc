@@ -66,11 +66,12 @@ int RunServerRole(const JobConfig& config, int rank) {
   } else {
     spdlog::info(
         "aggregator: {} pushes, {} applies ({} by window, {} by all workers, "
-        "{} by time), max staleness {}, pulls held by the bound {}, max pull "
-        "lead {} clocks (window {}), bound violations {}",
+        "{} by time), max staleness {}, pulls read ahead of the queue {}, "
+        "pulls held by the bound {}, max pull lead {} clocks (window {}), "
+        "bound violations {}",
         st.pushes, st.applies, st.applies_by_window, st.applies_by_all,
-        st.applies_by_time, st.max_staleness, st.ssp_waits, st.max_pull_lead,
-        st.window, st.bound_violations);
+        st.applies_by_time, st.max_staleness, st.pulls_ahead, st.ssp_waits,
+        st.max_pull_lead, st.window, st.bound_violations);
   }
   return kExitOk;
 }
@@ -191,19 +192,20 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       // checkpoint; the workers retry their calls meanwhile.
       if (config.checkpoint.dir.empty() ||
           server_restarts >= config.checkpoint.max_server_restarts) {
-        return fail(absl::StrCat(
-            exit->label, " exited with code ", exit->exit_code,
-            " while workers run",
-            config.checkpoint.dir.empty()
-                ? " (no checkpoint.dir to restart it from)"
-                : " (checkpoint.max_server_restarts reached)"));
+        return fail(
+            absl::StrCat(exit->label, " exited with code ", exit->exit_code,
+                         " while workers run",
+                         config.checkpoint.dir.empty()
+                             ? " (no checkpoint.dir to restart it from)"
+                             : " (checkpoint.max_server_restarts reached)"));
       }
       ++server_restarts;
       const int rank = std::stoi(exit->label.substr(strlen("server ")));
-      spdlog::warn("{} died (exit code {}); restarting it from its newest "
-                   "checkpoint ({} of checkpoint.max_server_restarts = {})",
-                   exit->label, exit->exit_code, server_restarts,
-                   config.checkpoint.max_server_restarts);
+      spdlog::warn(
+          "{} died (exit code {}); restarting it from its newest "
+          "checkpoint ({} of checkpoint.max_server_restarts = {})",
+          exit->label, exit->exit_code, server_restarts,
+          config.checkpoint.max_server_restarts);
       std::vector<std::string> argv = child_args("server", rank);
       argv.push_back("--set");
       argv.push_back("checkpoint.resume=true");
@@ -215,10 +217,11 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       const int rank = std::stoi(exit->label.substr(strlen("worker ")));
       if (worker_restarts < config.cluster.max_worker_restarts) {
         ++worker_restarts;
-        spdlog::warn("{} died (exit code {}); starting it again ({} of "
-                     "cluster.max_worker_restarts = {})",
-                     exit->label, exit->exit_code, worker_restarts,
-                     config.cluster.max_worker_restarts);
+        spdlog::warn(
+            "{} died (exit code {}); starting it again ({} of "
+            "cluster.max_worker_restarts = {})",
+            exit->label, exit->exit_code, worker_restarts,
+            config.cluster.max_worker_restarts);
         auto pid = group.Spawn(exit->label, child_args("worker", rank));
         if (!pid.ok()) return fail(std::string(pid.status().message()));
         continue;
@@ -427,6 +430,7 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
          {"ssp_waits", st.ssp_waits()},
          {"max_staleness", st.max_staleness()},
          {"max_pull_lead", st.max_pull_lead()},
+         {"pulls_ahead", st.pulls_ahead()},
          {"bound_violations", st.bound_violations()},
          {"cpu_s", st.cpu_s()},
          {"cpu_fraction",
@@ -515,7 +519,8 @@ int RunSave(const std::string& coordinator_endpoint,
     auto stub = rpc::ParameterServer::NewStub(
         MakeChannel(server.endpoint(), 64 << 20, credentials));
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::minutes(10));
     rpc::SaveRequest request;
     request.set_protocol_version(kProtocolVersion);
     rpc::SaveResponse response;

@@ -137,6 +137,8 @@ void Fields(SemiAsyncConfig& c, Visit&& visit) {
   visit("adapt_window", c.adapt_window);
   visit("adapt_every_s", c.adapt_every_s);
   visit("staleness_decay", c.staleness_decay);
+  visit("lookahead", c.lookahead);
+  visit("min_apply_fraction", c.min_apply_fraction);
 }
 
 template <typename Visit>
@@ -775,6 +777,10 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
       CheckPositive("semi_async.adapt_every_s", sa.adapt_every_s));
   CONFIG_RETURN_IF_ERROR(
       CheckNonNegative("semi_async.staleness_decay", sa.staleness_decay));
+  if (!(sa.min_apply_fraction >= 0 && sa.min_apply_fraction <= 1)) {
+    return Invalid("semi_async.min_apply_fraction: must be in [0, 1], got ",
+                   sa.min_apply_fraction);
+  }
   const CompressConfig& cc = config.compress;
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("compress.codec", "codec", cc.codec, kCodecs));
@@ -865,8 +871,8 @@ absl::Status ValidateTables(const std::vector<TableConfig>& tables) {
 
 absl::Status ValidateCheckpoint(const CheckpointConfig& c) {
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("checkpoint.keep", c.keep, 1));
-  CONFIG_RETURN_IF_ERROR(CheckAtLeast("checkpoint.max_server_restarts",
-                                      c.max_server_restarts, 0));
+  CONFIG_RETURN_IF_ERROR(
+      CheckAtLeast("checkpoint.max_server_restarts", c.max_server_restarts, 0));
   if (c.dir.empty() && (c.every_rounds > 0 || c.resume)) {
     return Invalid("checkpoint.dir: must be set for ",
                    c.resume ? "checkpoint.resume" : "checkpoint.every_rounds");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <limits>
 #include <map>
@@ -70,12 +71,19 @@ class LiveSet {
 };
 
 // Gradients of several pushes merged: per key (and per dense table) the sum
-// of weight · gradient, plus the total batch behind them. Apply() hands the
-// mean to the tables.
+// of weight · batch · gradient, with Σ weight · batch and Σ batch behind it.
+// Apply() hands the tables the weighted mean gradient and takes
+// Σ weight · batch / Σ batch of a full optimizer step with it, so that a
+// weight below 1 shortens the step under every optimizer (see
+// Optimizer::Update: adagrad and adam would undo a weight put on the
+// gradient alone).
 class GradientSum {
  public:
+  // `weight` in (0, 1]: 1 for a fresh gradient, less for a stale one.
   void Add(const PushView& push, float weight) {
     total_batch_ += push.batch_size;
+    weighted_batch_ += static_cast<double>(weight) * push.batch_size;
+    const float w = weight * static_cast<float>(push.batch_size);
     for (const auto& s : push.sparse) {
       Sparse& sum = sparse_[s.table];
       const uint64_t dim = s.table->dim();
@@ -89,37 +97,89 @@ class GradientSum {
         }
         float* dst = &sum.values[static_cast<size_t>(it->second) * dim];
         const float* src = &s.grads[i * dim];
-        for (uint64_t j = 0; j < dim; ++j) dst[j] += weight * src[j];
+        for (uint64_t j = 0; j < dim; ++j) dst[j] += w * src[j];
       }
     }
     for (const auto& d : push.dense) {
       std::vector<float>& sum = dense_[d.table];
       sum.resize(d.grads.size(), 0.0f);
-      for (size_t j = 0; j < d.grads.size(); ++j) sum[j] += weight * d.grads[j];
+      for (size_t j = 0; j < d.grads.size(); ++j) sum[j] += w * d.grads[j];
     }
   }
 
-  // Applies Σ weight·gradient / Σ batch to the tables.
+  uint64_t total_batch() const { return total_batch_; }
+
+  // Applies the merged gradient to the tables.
   void Apply() {
     if (total_batch_ == 0) return;
-    const float scale = 1.0f / static_cast<float>(total_batch_);
+    const float mean = MeanScale();
+    const float step = StepScale();
     for (auto& [table, sum] : sparse_) {
-      for (float& v : sum.values) v *= scale;
-      table->Push(sum.keys, sum.values);
+      for (float& v : sum.values) v *= mean;
+      table->Push(sum.keys, sum.values, step);
     }
     for (auto& [table, sum] : dense_) {
-      for (float& v : sum) v *= scale;
-      table->Push(sum);
+      for (float& v : sum) v *= mean;
+      table->Push(sum, step);
     }
+  }
+
+  // The rows of `keys` as Apply() would leave them if it took `share` (in
+  // (0, 1]) of its step; the tables unchanged. Rows without a gradient here
+  // are read as they are.
+  void PullAhead(SparseTable* table, std::span<const uint64_t> keys,
+                 float share, std::span<float> out) const {
+    auto it = sparse_.find(table);
+    if (total_batch_ == 0 || it == sparse_.end()) {
+      table->Pull(keys, out);
+      return;
+    }
+    const Sparse& sum = it->second;
+    const uint64_t dim = table->dim();
+    const float mean = MeanScale();
+    std::vector<float> grads;
+    std::vector<uint32_t> found(keys.size(), kNone);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto at = sum.index.find(keys[i]);
+      if (at == sum.index.end()) continue;
+      found[i] = static_cast<uint32_t>(grads.size() / dim);
+      const float* src = &sum.values[static_cast<size_t>(at->second) * dim];
+      for (uint64_t j = 0; j < dim; ++j) grads.push_back(mean * src[j]);
+    }
+    std::vector<const float*> ahead(keys.size(), nullptr);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (found[i] != kNone) ahead[i] = &grads[size_t{found[i]} * dim];
+    }
+    table->PullAhead(keys, ahead, share * StepScale(), out);
+  }
+
+  void PullAhead(DenseTable* table, float share, std::span<float> out) const {
+    auto it = dense_.find(table);
+    if (total_batch_ == 0 || it == dense_.end()) {
+      table->Pull(out);
+      return;
+    }
+    std::vector<float> grad(it->second);
+    for (float& v : grad) v *= MeanScale();
+    table->PullAhead(grad, share * StepScale(), out);
   }
 
  private:
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+  float MeanScale() const { return static_cast<float>(1.0 / weighted_batch_); }
+  float StepScale() const {
+    return static_cast<float>(weighted_batch_ /
+                              static_cast<double>(total_batch_));
+  }
+
   struct Sparse {
     absl::flat_hash_map<uint64_t, uint32_t> index;  // key → row in values
     std::vector<uint64_t> keys;
     std::vector<float> values;  // row-major
   };
   uint64_t total_batch_ = 0;
+  double weighted_batch_ = 0;
   std::map<SparseTable*, Sparse> sparse_;
   std::map<DenseTable*, std::vector<float>> dense_;
 };
@@ -215,7 +275,7 @@ class SyncAggregator final : public Aggregator {
     if (!round.contributors.insert(push.worker_id).second) {
       return absl::OkStatus();  // retry of a push already queued
     }
-    round.sum.Add(push, static_cast<float>(push.batch_size));
+    round.sum.Add(push, 1.0f);
     ++pushes_;
     live_.NoteClock(push.worker_id, push.clock + 1);
     rounds_seen_.insert({push.clock, push.worker_id});
@@ -354,6 +414,9 @@ class SemiAsyncAggregator final : public Aggregator {
  public:
   SemiAsyncAggregator(uint32_t num_workers, SemiAsyncOptions options)
       : options_(std::move(options)),
+        min_apply_batch_(static_cast<uint64_t>(
+            std::ceil(options_.config.min_apply_fraction *
+                      static_cast<double>(options_.job_batch)))),
         window_(std::max<uint32_t>(1, options_.window)),
         live_(num_workers) {}
 
@@ -365,8 +428,11 @@ class SemiAsyncAggregator final : public Aggregator {
     FlushIfOld();
     live_.NoteClock(push.worker_id, push.clock + 1);
     WorkerRecord& record = records_[push.worker_id];
+    // Applies the gradient's parameters lack: the push goes into apply
+    // applied_ + 1, computed on parameters of version seen_version (a pull
+    // read ahead of the queue saw the version it anticipated).
     const uint64_t staleness =
-        applied_ - std::min(applied_, record.pulled_version);
+        applied_ - std::min(applied_, record.seen_version);
     record.last_staleness = staleness;
     stats_.staleness_sum += staleness;
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
@@ -377,13 +443,13 @@ class SemiAsyncAggregator final : public Aggregator {
     }
     const double weight =
         1.0 / (1.0 + options_.config.staleness_decay * staleness);
-    queue_.Add(push, static_cast<float>(weight * push.batch_size));
+    queue_.Add(push, static_cast<float>(weight));
     ++queued_;
     contributors_.insert(push.worker_id);
     if (queued_ >= window_) {
       ++stats_.applies_by_window;
       ApplyQueue();
-    } else if (AllLiveContributed()) {
+    } else if (AllLiveContributed() && HoldsEnough()) {
       ++stats_.applies_by_all;
       ApplyQueue();
     }
@@ -428,15 +494,41 @@ class SemiAsyncAggregator final : public Aggregator {
       stats_.max_pull_lead = std::max(stats_.max_pull_lead, lead);
       if (lead > window_) ++stats_.bound_violations;
     }
-    records_[worker_id].pulled_version = applied_;
     return absl::OkStatus();
+  }
+
+  void PullSparse(uint32_t worker_id, SparseTable* table,
+                  std::span<const uint64_t> keys,
+                  std::span<float> out) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (ReadAhead(worker_id)) {
+      // Under the lock: an apply between reading the queue and the rows
+      // would count the queue twice.
+      queue_.PullAhead(table, keys, AheadShare(), out);
+      return;
+    }
+    lock.unlock();
+    table->Pull(keys, out);
+  }
+
+  void PullDense(uint32_t worker_id, DenseTable* table,
+                 std::span<float> out) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (ReadAhead(worker_id)) {
+      queue_.PullAhead(table, AheadShare(), out);
+      return;
+    }
+    lock.unlock();
+    table->Pull(out);
   }
 
   void UpdateMembership(uint64_t epoch,
                         const std::vector<uint32_t>& live) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!live_.Update(epoch, live)) return;
-    if (queued_ > 0 && AllLiveContributed()) {
+    // With nobody live, what is queued is all there will be.
+    if (queued_ > 0 && AllLiveContributed() &&
+        (live_.workers().empty() || HoldsEnough())) {
       ++stats_.applies_by_all;
       ApplyQueue();
     }
@@ -497,9 +589,44 @@ class SemiAsyncAggregator final : public Aggregator {
   }
 
   struct WorkerRecord {
-    uint64_t pulled_version = 0;  // applies done when it last pulled
+    // The version its last pull showed: applies done then, plus one when
+    // the pull read ahead of a non-empty queue.
+    uint64_t seen_version = 0;
     uint64_t last_staleness = 0;
   };
+
+  // Whether `worker_id`'s pull is answered ahead of the queue, and notes the
+  // version it sees. Pulls of workers outside the live set (rank 0's
+  // evaluator) read the tables as they are. REQUIRES: mu_ held.
+  bool ReadAhead(uint32_t worker_id) {
+    const bool live = live_.Contains(worker_id);
+    const bool ahead = live && options_.config.lookahead && queued_ > 0;
+    if (live) {
+      records_[worker_id].seen_version = applied_ + (ahead ? 1 : 0);
+      if (ahead) ++stats_.pulls_ahead;
+    }
+    return ahead;
+  }
+
+  // The share of its step the queue's apply takes in a read ahead: the
+  // samples queued over those of the last apply (the job's batch per step
+  // before the first), at most 1. A read ahead thus shows the parameters
+  // as if every push were applied on arrival, with its share of a step:
+  // a worker computes on every gradient the server has, the tables take
+  // one merged step per apply. REQUIRES: mu_ held.
+  float AheadShare() const {
+    const uint64_t expected =
+        last_apply_batch_ > 0 ? last_apply_batch_ : options_.job_batch;
+    if (expected == 0) return 1.0f;
+    return static_cast<float>(
+        std::min(1.0, static_cast<double>(queue_.total_batch()) /
+                          static_cast<double>(expected)));
+  }
+
+  // The queue holds enough samples for an apply by "every live worker
+  // contributed": semi_async.min_apply_fraction of the job's batch per
+  // step. REQUIRES: mu_ held.
+  bool HoldsEnough() const { return queue_.total_batch() >= min_apply_batch_; }
 
   bool AllLiveContributed() const {
     return std::all_of(live_.workers().begin(), live_.workers().end(),
@@ -507,6 +634,7 @@ class SemiAsyncAggregator final : public Aggregator {
   }
 
   void ApplyQueue() {
+    last_apply_batch_ = queue_.total_batch();
     queue_.Apply();
     queue_ = GradientSum();
     queued_ = 0;
@@ -515,6 +643,7 @@ class SemiAsyncAggregator final : public Aggregator {
   }
 
   const SemiAsyncOptions options_;
+  const uint64_t min_apply_batch_;
   mutable std::mutex mu_;
   std::condition_variable advanced_;  // a clock moved, or the queue applied
   uint32_t window_;                   // guarded by mu_
@@ -524,6 +653,7 @@ class SemiAsyncAggregator final : public Aggregator {
   std::set<uint32_t> contributors_;   // workers in queue_; mu_
   absl::Time oldest_;                 // arrival of the oldest queued push
   uint64_t applied_ = 0;              // queue applies; mu_
+  uint64_t last_apply_batch_ = 0;     // samples in the last apply; mu_
   std::map<uint32_t, WorkerRecord> records_;  // mu_
   AggregatorStats stats_;                     // counters only; mu_
 };

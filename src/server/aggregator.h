@@ -8,12 +8,19 @@
 //  - async: every push is applied on arrival; pulls never wait.
 //  - semi_async: pushes enter the GradientQueue, merged on arrival (each
 //    weighted by batch size and by 1 / (1 + staleness_decay · staleness),
-//    where staleness = applies since the pushing worker last pulled). The
-//    queue is applied — divided by its total batch — when it holds `window`
-//    pushes, when every live worker has contributed since the last apply,
-//    or when its oldest push is flush_after_s old. The SSP bound: a pull at
-//    clock c waits until c - (smallest clock of a live worker) <= window.
-//    The window changes when the coordinator says so (SetWindow).
+//    where staleness = applies the parameters it was computed on lacked).
+//    The queue is applied — the weighted mean gradient, taking
+//    Σ weight·batch / Σ batch of a full optimizer step — when it holds
+//    `window` pushes, when every live worker has contributed since the last
+//    apply and the queue holds min_apply_fraction of the job's batch per
+//    step, or when its oldest push is flush_after_s old. The SSP bound: a
+//    pull at clock c waits until c - (smallest clock of a live worker) <=
+//    window. The window changes when the coordinator says so (SetWindow).
+//    Reads ahead (semi_async.lookahead): a live worker's pull while the
+//    queue holds pushes gets the rows the queue's apply would leave,
+//    taking the queued share of its step (queued samples / the last
+//    apply's), so a gradient is computed on every gradient the server
+//    holds; the tables still take one merged step per apply.
 //
 // Pushes are idempotent per (worker, clock): a retried push that already
 // arrived is acknowledged and not applied again.
@@ -79,6 +86,7 @@ struct AggregatorStats {
   uint64_t bound_violations = 0;
   uint64_t staleness_sum = 0;
   uint64_t max_staleness = 0;
+  uint64_t pulls_ahead = 0;
   uint32_t window = 0;
   struct Clock {
     uint32_t worker = 0;
@@ -91,6 +99,9 @@ struct AggregatorStats {
 struct SemiAsyncOptions {
   uint32_t window = 2;
   SemiAsyncConfig config;
+  // The job's batch per step, train.batch_size × cluster.workers: the
+  // unit of config.min_apply_fraction.
+  uint64_t job_batch = 0;
   // The time source of the time bound (tests drive it by hand).
   std::function<absl::Time()> now = [] { return absl::Now(); };
 };
@@ -116,6 +127,21 @@ class Aggregator {
                                  absl::Time deadline,
                                  const std::function<bool()>& cancelled) = 0;
 
+  // Reads rows (a dense slice) into `out` for a pull of `worker_id` that
+  // AwaitPull admitted. semi_async may read them ahead of its queue (see
+  // above); the other modes read the tables.
+  virtual void PullSparse(uint32_t worker_id, SparseTable* table,
+                          std::span<const uint64_t> keys,
+                          std::span<float> out) {
+    (void)worker_id;
+    table->Pull(keys, out);
+  }
+  virtual void PullDense(uint32_t worker_id, DenseTable* table,
+                         std::span<float> out) {
+    (void)worker_id;
+    table->Pull(out);
+  }
+
   // Replaces the live set when `epoch` is newer than the last one seen.
   virtual void UpdateMembership(uint64_t epoch,
                                 const std::vector<uint32_t>& live) = 0;
@@ -131,8 +157,7 @@ class Aggregator {
   // Runs `fn(applied_rounds())` while no gradient is being applied, so the
   // tables it reads are between two updates (a checkpoint). Pushes and
   // pulls wait meanwhile.
-  virtual void RunBetweenApplies(
-      const std::function<void(uint64_t)>& fn) = 0;
+  virtual void RunBetweenApplies(const std::function<void(uint64_t)>& fn) = 0;
 
   // semi_async: the new window (>= 1); other modes ignore it.
   virtual void SetWindow(uint32_t) {}

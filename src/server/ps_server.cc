@@ -71,6 +71,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
   SemiAsyncOptions semi_async;
   semi_async.config = config.semi_async;
   semi_async.window = InitialWindow(config, ProfiledThroughputs(config));
+  semi_async.job_batch = static_cast<uint64_t>(config.train.batch_size) *
+                         static_cast<uint64_t>(config.num_workers());
   auto aggregator = Aggregator::Create(
       config.mode, static_cast<uint32_t>(config.num_workers()),
       std::move(semi_async));
@@ -143,10 +145,10 @@ absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
   if (first) {
     known.number = incarnation;
   } else if (incarnation < known.number) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker, ": incarnation ", incarnation,
-        " was replaced by incarnation ", known.number,
-        " (a newer process of this rank registered)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker, ": incarnation ", incarnation,
+                     " was replaced by incarnation ", known.number,
+                     " (a newer process of this rank registered)"));
   } else if (incarnation > known.number) {
     const uint64_t rejoin = aggregator_->RejoinClock(worker);
     known.number = incarnation;
@@ -194,13 +196,12 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
-  if (auto s = AwaitPull(context, request.worker_id(), *clock);
-      !s.ok()) {
+  if (auto s = AwaitPull(context, request.worker_id(), *clock); !s.ok()) {
     return s;
   }
   auto out =
       ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
-  table->Pull(keys, out);
+  aggregator_->PullSparse(request.worker_id(), table, keys, out);
   return absl::OkStatus();
 }
 
@@ -230,12 +231,13 @@ absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
-  if (auto s = AwaitPull(context, request.worker_id(), *clock);
-      !s.ok()) {
+  if (auto s = AwaitPull(context, request.worker_id(), *clock); !s.ok()) {
     return s;
   }
   response->set_offset(table->offset());
-  table->Pull(ResizeAs<float>(response->mutable_values(), table->length()));
+  aggregator_->PullDense(
+      request.worker_id(), table,
+      ResizeAs<float>(response->mutable_values(), table->length()));
   return absl::OkStatus();
 }
 
@@ -403,6 +405,7 @@ grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
   out->set_ssp_waits(st.ssp_waits);
   out->set_ssp_wait_seconds(st.ssp_wait_s);
   out->set_max_pull_lead(st.max_pull_lead);
+  out->set_pulls_ahead(st.pulls_ahead);
   out->set_bound_violations(st.bound_violations);
   out->set_staleness_sum(st.staleness_sum);
   out->set_max_staleness(st.max_staleness);
@@ -438,15 +441,17 @@ grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status PsServer::Save(grpc::ServerContext*, const rpc::SaveRequest* request,
+grpc::Status PsServer::Save(grpc::ServerContext*,
+                            const rpc::SaveRequest* request,
                             rpc::SaveResponse* response) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "save");
       !s.ok()) {
     return ToGrpcStatus(s);
   }
   if (!save_) {
-    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-        "server ", rank_, ": no checkpoint.dir configured, nothing to save to")));
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("server ", rank_,
+                     ": no checkpoint.dir configured, nothing to save to")));
   }
   auto path = save_();
   if (!path.ok()) return ToGrpcStatus(path.status());

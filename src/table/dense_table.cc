@@ -34,10 +34,26 @@ void DenseTable::Pull(std::span<float> out) const {
               out.begin());
 }
 
-void DenseTable::Push(std::span<const float> grad) {
+void DenseTable::PullAhead(std::span<const float> ahead, float step_scale,
+                           std::span<float> out) const {
+  std::vector<float> state;
+  uint64_t updates = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::copy_n(weights_.begin(), std::min<uint64_t>(length_, out.size()),
+                out.begin());
+    state = state_;
+    updates = updates_;
+  }
+  // The copy steps outside the lock: the slice itself is not touched.
+  optimizer_->Update(out.data(), state.data(), ahead.data(), length_, updates,
+                     step_scale);
+}
+
+void DenseTable::Push(std::span<const float> grad, float step_scale) {
   std::lock_guard<std::mutex> lock(mu_);
   optimizer_->Update(weights_.data(), state_.data(), grad.data(), length_,
-                     updates_);
+                     updates_, step_scale);
   ++updates_;
 }
 
@@ -55,11 +71,11 @@ absl::Status DenseTable::Restore(Snapshot snapshot) {
   std::lock_guard<std::mutex> lock(mu_);
   if (snapshot.weights.size() != weights_.size() ||
       snapshot.state.size() != state_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dense table ", config_.name, ": saved slice has ",
-        snapshot.weights.size(), " weights and ", snapshot.state.size(),
-        " state floats, this server holds ", weights_.size(), " and ",
-        state_.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dense table ", config_.name, ": saved slice has ",
+                     snapshot.weights.size(), " weights and ",
+                     snapshot.state.size(), " state floats, this server holds ",
+                     weights_.size(), " and ", state_.size()));
   }
   weights_ = std::move(snapshot.weights);
   state_ = std::move(snapshot.state);

@@ -30,9 +30,15 @@ class DenseTable {
 
   // Copies the slice into `out` (length() floats).
   void Pull(std::span<float> out) const;
+  // As Pull, the slice as one optimizer step with gradient `ahead`
+  // (length() floats) and `step_scale` would leave it; the table does not
+  // change.
+  void PullAhead(std::span<const float> ahead, float step_scale,
+                 std::span<float> out) const;
 
-  // One optimizer step with `grad` (length() floats, finite).
-  void Push(std::span<const float> grad);
+  // One optimizer step with `grad` (length() floats, finite);
+  // `step_scale`: Optimizer::Update.
+  void Push(std::span<const float> grad, float step_scale = 1.0f);
 
   uint64_t update_count() const;
 

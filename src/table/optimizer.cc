@@ -69,7 +69,7 @@ void Elementwise(uint64_t dim, Step step) {
   for (; i < dim; ++i) step(float{}, i);
 }
 
-// w -= lr * g. No state.
+// w -= lr * s * g (s: step_scale). No state.
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(const OptimizerConfig& c) : lr_(c.learning_rate) {}
@@ -78,11 +78,12 @@ class Sgd final : public Optimizer {
   uint64_t StateWidth(uint64_t) const override { return 0; }
   void InitState(const float*, float*, uint64_t) const override {}
 
-  void Update(float* w, float*, const float* g, uint64_t dim,
-              uint64_t) const override {
+  void Update(float* w, float*, const float* g, uint64_t dim, uint64_t,
+              float step_scale) const override {
+    const float lr = lr_ * step_scale;
     Elementwise(dim, [&](auto lanes, uint64_t i) {
       using T = decltype(lanes);
-      Store(w + i, Load<T>(w + i) - Splat<T>(lr_) * Load<T>(g + i));
+      Store(w + i, Load<T>(w + i) - Splat<T>(lr) * Load<T>(g + i));
     });
   }
 
@@ -90,7 +91,7 @@ class Sgd final : public Optimizer {
   const float lr_;
 };
 
-// a += g²; w -= lr * g / (sqrt(a) + epsilon). State: a[dim], starting at
+// a += g²; w -= lr * s * g / (sqrt(a) + epsilon). State: a[dim], starting at
 // initial_accumulator.
 class Adagrad final : public Optimizer {
  public:
@@ -103,15 +104,16 @@ class Adagrad final : public Optimizer {
     for (uint64_t i = 0; i < dim; ++i) state[i] = a0_;
   }
 
-  void Update(float* w, float* a, const float* g, uint64_t dim,
-              uint64_t) const override {
+  void Update(float* w, float* a, const float* g, uint64_t dim, uint64_t,
+              float step_scale) const override {
+    const float lr = lr_ * step_scale;
     Elementwise(dim, [&](auto lanes, uint64_t i) {
       using T = decltype(lanes);
       const T gi = Load<T>(g + i);
       const T ai = Load<T>(a + i) + gi * gi;
       Store(a + i, ai);
       Store(w + i,
-            Load<T>(w + i) - Splat<T>(lr_) * gi / (Sqrt(ai) + Splat<T>(eps_)));
+            Load<T>(w + i) - Splat<T>(lr) * gi / (Sqrt(ai) + Splat<T>(eps_)));
     });
   }
 
@@ -122,6 +124,8 @@ class Adagrad final : public Optimizer {
 };
 
 // Adam with bias correction; t = step + 1. State: [m[dim], v[dim]], zeros.
+// m = b1 m + (1 - b1) s g; v = b2 v + (1 - b2) g²; w -= lr m^ / (sqrt(v^) +
+// eps).
 class Adam final : public Optimizer {
  public:
   explicit Adam(const OptimizerConfig& c)
@@ -134,7 +138,7 @@ class Adam final : public Optimizer {
   }
 
   void Update(float* w, float* state, const float* g, uint64_t dim,
-              uint64_t step) const override {
+              uint64_t step, float step_scale) const override {
     float* m = state;
     float* v = state + dim;
     // The powers are taken once per row, in double so that large step counts
@@ -142,10 +146,11 @@ class Adam final : public Optimizer {
     const double t = static_cast<double>(step) + 1.0;
     const float c1 = static_cast<float>(1.0 - std::pow(double{b1_}, t));
     const float c2 = static_cast<float>(1.0 - std::pow(double{b2_}, t));
+    const float m_share = (1.0f - b1_) * step_scale;
     Elementwise(dim, [&](auto lanes, uint64_t i) {
       using T = decltype(lanes);
       const T gi = Load<T>(g + i);
-      const T mi = Splat<T>(b1_) * Load<T>(m + i) + Splat<T>(1.0f - b1_) * gi;
+      const T mi = Splat<T>(b1_) * Load<T>(m + i) + Splat<T>(m_share) * gi;
       const T vi =
           Splat<T>(b2_) * Load<T>(v + i) + Splat<T>(1.0f - b2_) * gi * gi;
       Store(m + i, mi);
@@ -167,7 +172,7 @@ class Adam final : public Optimizer {
 // FTRL-proximal (McMahan et al. 2013), alpha = learning_rate. State:
 // [z[dim], n[dim]], both starting at 0. Per element:
 //   sigma = (sqrt(n + g²) - sqrt(n)) / alpha
-//   z += g - sigma * w;  n += g²
+//   z += s * g - sigma * w;  n += g²     (s: step_scale)
 //   w = |z| <= l1 ? 0 : -(z - sign(z) * l1) / ((beta + sqrt(n)) / alpha + l2)
 // z is not back-solved from the row's random initial weight: that weight only
 // enters through the first sigma * w term, after which w is the closed form
@@ -183,14 +188,14 @@ class Ftrl final : public Optimizer {
     for (uint64_t i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
   }
 
-  void Update(float* w, float* state, const float* g, uint64_t dim,
-              uint64_t) const override {
+  void Update(float* w, float* state, const float* g, uint64_t dim, uint64_t,
+              float step_scale) const override {
     float* z = state;
     float* n = state + dim;
     for (uint64_t i = 0; i < dim; ++i) {
       const float n_new = n[i] + g[i] * g[i];
       const float sigma = (std::sqrt(n_new) - std::sqrt(n[i])) / alpha_;
-      z[i] += g[i] - sigma * w[i];
+      z[i] += step_scale * g[i] - sigma * w[i];
       n[i] = n_new;
       if (std::fabs(z[i]) <= l1_) {
         w[i] = 0.0f;

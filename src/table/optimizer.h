@@ -33,8 +33,17 @@ class Optimizer {
 
   // One update of `dim` weights with gradient `grad`. `step` is the number of
   // updates this row received before this one (adam's bias correction).
+  //
+  // `step_scale` (in (0, 1]) is the share of a full step this gradient
+  // takes: the aggregator's staleness weight. It scales the gradient where
+  // it moves the weights (sgd's and adagrad's step, adam's first moment,
+  // ftrl's z) and nowhere else: accumulators of g² (adagrad, adam's second
+  // moment, ftrl's n) see the gradient as sent. Scaling the gradient itself
+  // would not do: adagrad and adam divide it by its own running magnitude,
+  // so a uniformly weighted-down gradient would move the weights as far as
+  // an unweighted one. 1 is the plain rule.
   virtual void Update(float* weights, float* state, const float* grad,
-                      uint64_t dim, uint64_t step) const = 0;
+                      uint64_t dim, uint64_t step, float step_scale) const = 0;
 };
 
 }  // namespace hetps

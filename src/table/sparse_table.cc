@@ -285,12 +285,23 @@ void SparseTable::LocateRows(Stripe& stripe, const uint64_t* keys,
 }
 
 void SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> out) {
+  PullAhead(keys, {}, 1.0f, out);
+}
+
+void SparseTable::PullAhead(std::span<const uint64_t> keys,
+                            std::span<const float* const> ahead,
+                            float step_scale, std::span<float> out) {
   const uint64_t dim = config_.dim;
   if (keys.size() > kMaxChunk) {
-    Pull(keys.first(kMaxChunk), out.first(kMaxChunk * dim));
-    Pull(keys.subspan(kMaxChunk), out.subspan(kMaxChunk * dim));
+    PullAhead(keys.first(kMaxChunk),
+              ahead.empty() ? ahead : ahead.first(kMaxChunk), step_scale,
+              out.first(kMaxChunk * dim));
+    PullAhead(keys.subspan(kMaxChunk),
+              ahead.empty() ? ahead : ahead.subspan(kMaxChunk), step_scale,
+              out.subspan(kMaxChunk * dim));
     return;
   }
+  const uint64_t count_at = dim + state_width_;
   StripeGroups& g = ThreadGroups();
   float* const dst = out.data();
   ForEachStripeGroup(
@@ -300,6 +311,8 @@ void SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> out) {
         const uint32_t* order = g.order.data() + first;
         // Each stripe writes only its own range of the slots scratch.
         uint32_t* slots = g.slots.data() + first;
+        // A row stepped ahead is worked on here, never in the table.
+        std::vector<float> scratch(ahead.empty() ? 0 : count_at);
         std::lock_guard<std::mutex> lock(stripe.mu);
         LocateRows(stripe, g.keys.data() + first, count, slots);
         const bool prefetch = WorthPrefetching(stripe);
@@ -309,7 +322,13 @@ void SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> out) {
           }
           const float* row = Row(stripe, slots[j]);
           float* to = dst + order[j] * dim;
-          if (dim == 1) {
+          if (!ahead.empty() && ahead[order[j]] != nullptr) {
+            std::memcpy(scratch.data(), row, count_at * sizeof(float));
+            optimizer_->Update(scratch.data(), scratch.data() + dim,
+                               ahead[order[j]], dim, LoadCount(row + count_at),
+                               step_scale);
+            std::memcpy(to, scratch.data(), dim * sizeof(float));
+          } else if (dim == 1) {
             *to = *row;  // logistic regression: no memcpy call
           } else {
             std::memcpy(to, row, dim * sizeof(float));
@@ -320,11 +339,11 @@ void SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> out) {
 }
 
 void SparseTable::Push(std::span<const uint64_t> keys,
-                       std::span<const float> grads) {
+                       std::span<const float> grads, float step_scale) {
   const uint64_t dim = config_.dim;
   if (keys.size() > kMaxChunk) {
-    Push(keys.first(kMaxChunk), grads.first(kMaxChunk * dim));
-    Push(keys.subspan(kMaxChunk), grads.subspan(kMaxChunk * dim));
+    Push(keys.first(kMaxChunk), grads.first(kMaxChunk * dim), step_scale);
+    Push(keys.subspan(kMaxChunk), grads.subspan(kMaxChunk * dim), step_scale);
     return;
   }
   StripeGroups& g = ThreadGroups();
@@ -347,7 +366,8 @@ void SparseTable::Push(std::span<const uint64_t> keys,
           }
           float* row = Row(stripe, slots[j]);
           const uint64_t updates = LoadCount(row + count_at);
-          opt.Update(row, row + dim, src + order[j] * dim, dim, updates);
+          opt.Update(row, row + dim, src + order[j] * dim, dim, updates,
+                     step_scale);
           StoreCount(row + count_at, updates + 1);
         }
       });
@@ -376,9 +396,8 @@ void SparseTable::ForEachRow(
     const std::function<void(uint64_t, std::span<const float>, uint64_t)>& fn)
     const {
   ForEachRowWithState([&](uint64_t key, std::span<const float> weights,
-                          std::span<const float>, uint64_t updates) {
-    fn(key, weights, updates);
-  });
+                          std::span<const float>,
+                          uint64_t updates) { fn(key, weights, updates); });
 }
 
 void SparseTable::ForEachRowWithState(
@@ -402,8 +421,8 @@ void SparseTable::RestoreRow(uint64_t key, std::span<const float> weights,
   Stripe& stripe = *stripes_[StripeOf(key)];
   std::lock_guard<std::mutex> lock(stripe.mu);
   const auto it = stripe.index.find(key);
-  float* row =
-      Row(stripe, it != stripe.index.end() ? it->second : CreateRow(stripe, key));
+  float* row = Row(
+      stripe, it != stripe.index.end() ? it->second : CreateRow(stripe, key));
   const uint64_t dim = config_.dim;
   std::copy_n(weights.begin(), std::min<uint64_t>(dim, weights.size()), row);
   std::copy_n(state.begin(), std::min<uint64_t>(state_width_, state.size()),

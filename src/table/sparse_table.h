@@ -38,13 +38,22 @@ class SparseTable {
   // read/written during the call.
   void Pull(std::span<const uint64_t> keys, std::span<float> out);
 
+  // As Pull, but where ahead[j] is not null, row j is written as one
+  // optimizer step with gradient ahead[j] (dim floats) and `step_scale`
+  // would leave it: what the next Push of that gradient will make of the
+  // row. The table itself does not change. ahead.size() == keys.size().
+  void PullAhead(std::span<const uint64_t> keys,
+                 std::span<const float* const> ahead, float step_scale,
+                 std::span<float> out);
+
   // Applies one optimizer step per key with gradient rows `grads`
   // (keys.size() * dim floats). Values must be finite (the server validates
   // them before calling). A key given twice gets two steps, one after the
   // other under its stripe's lock; the aggregators merge duplicates first
   // except in async mode, where a raw push that repeats a key (PsClient
-  // never sends one) is applied as sent.
-  void Push(std::span<const uint64_t> keys, std::span<const float> grads);
+  // never sends one) is applied as sent. `step_scale`: Optimizer::Update.
+  void Push(std::span<const uint64_t> keys, std::span<const float> grads,
+            float step_scale = 1.0f);
 
   // Number of rows held.
   uint64_t size() const;

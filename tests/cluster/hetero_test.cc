@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "data/criteo_gen.h"
 #include "nlohmann/json.hpp"
 #include "support/test_support.h"
 
@@ -105,9 +106,9 @@ TEST(HeteroClusterTest, ABatchLargerThanTheEmulatedMemoryFailsTheWorker) {
 
 // Runs `config` with `sets` and kills worker 2 with SIGKILL once it has
 // trained for 2.5 s.
-testing::LaunchedJob LaunchKillingWorker2(const TempDir& dir,
-                                          const std::string& config,
-                                          const std::vector<std::string>& sets) {
+testing::LaunchedJob LaunchKillingWorker2(
+    const TempDir& dir, const std::string& config,
+    const std::vector<std::string>& sets) {
   testing::LaunchedJob run;
   std::thread launcher([&] { run = testing::LaunchJob(dir, config, sets); });
   const auto victim = testing::FindProcess(
@@ -191,6 +192,58 @@ TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSemiAsyncFinishes) {
 
 TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSyncFinishes) {
   KillMidRun("sync");
+}
+
+// issue 11: on Criteo-shaped data semi_async ended ~0.02-0.04 AUC below
+// sync with the same proportional batches. The reference cluster of
+// bench/hetero (3 workers at 2000 samples/s, 7 at 600: --speed-scale 2),
+// FM on 150k generated samples, 1 epoch, adagrad 0.05. Measured before the
+// fix (3 runs each): sync 0.720-0.725, semi_async 0.685-0.704 (its last
+// periodic evaluation ~0.716: the tail cost the rest); after: semi_async
+// 0.721-0.725. The tolerance, 0.01, is about twice sync's own run-to-run
+// spread.
+TEST(HeteroClusterTest, SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo) {
+  TempDir dir;
+  CriteoGenConfig gen;
+  gen.samples = 150000;
+  gen.vocab = 100;
+  gen.seed = 5;
+  const std::string data = dir.path() + "/criteo.tsv";
+  ASSERT_TRUE(GenerateCriteo(gen, data).ok());
+  auto run = [&](const std::string& mode) {
+    return testing::LaunchJob(
+        dir, testing::SourcePath("bench/hetero/reference.yaml"),
+        {absl::StrCat("mode=", mode), "planner.batch_plan=proportional",
+         "device_profiles=[{ranks: [0, 1, 2], throughput: 2000}, "
+         "{ranks: [3, 4, 5, 6, 7, 8, 9], throughput: 600}]",
+         "train.model=fm", "train.data.format=criteo",
+         absl::StrCat("train.data.path=", data),
+         "train.optimizer.learning_rate=0.05"});
+  };
+  const testing::LaunchedJob sync = run("sync");
+  ASSERT_EQ(sync.result.exit_code, 0) << sync.result.output;
+  const testing::LaunchedJob semi = run("semi_async");
+  ASSERT_EQ(semi.result.exit_code, 0) << semi.result.output;
+  const double sync_auc = sync.summary["test_auc"].get<double>();
+  const double semi_auc = semi.summary["test_auc"].get<double>();
+  EXPECT_GT(sync_auc, 0.70);
+  EXPECT_NEAR(semi_auc, sync_auc, 0.01)
+      << "semi_async " << semi_auc << ", sync " << sync_auc;
+  // Both trained every sample once.
+  EXPECT_EQ(sync.summary["samples"], semi.summary["samples"]);
+  // The servers read ahead of their queues, and no gradient they applied
+  // was computed on parameters more than one apply old.
+  const std::regex record(
+      "max staleness ([0-9]+), pulls read ahead of the queue ([0-9]+)");
+  const std::string& out = semi.result.output;
+  int servers_reporting = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), record), end; it != end;
+       ++it) {
+    ++servers_reporting;
+    EXPECT_LE(std::stoi((*it)[1]), 1);
+    EXPECT_GT(std::stoi((*it)[2]), 0);
+  }
+  EXPECT_EQ(servers_reporting, 3) << out;
 }
 
 TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {

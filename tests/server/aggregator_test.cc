@@ -274,10 +274,13 @@ TEST_F(AggregatorTest, SemiAsyncWeighsStaleGradientsDown) {
   // Window 1: every push is applied at once, so versions count pushes.
   auto agg = SemiAsync(2, 1);
   ASSERT_TRUE(agg->AwaitPull(0, 0, Soon(), nullptr).ok());  // w0 reads v0
+  std::vector<float> read(2);
+  const uint64_t key = 7;
+  agg->PullSparse(0, &sparse_, {&key, 1}, read);
   ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {9}, {0, 0}, {0, 0, 0})).ok());
   ASSERT_TRUE(agg->Push(MakePush(1, 1, 1, {9}, {0, 0}, {0, 0, 0})).ok());
   // w0's gradient was computed on v0 and arrives at v2: staleness 2, weight
-  // 1 / (1 + 0.5·2) = 0.5.
+  // 1 / (1 + 0.5·2) = 0.5: half a step, sgd lr 0.5: 0 - 0.5 · 0.5 · 2.
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 4, {7}, {2, 2}, {0, 0, 0})).ok());
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
   const AggregatorStats st = agg->Stats();
@@ -286,6 +289,116 @@ TEST_F(AggregatorTest, SemiAsyncWeighsStaleGradientsDown) {
   EXPECT_EQ(st.clocks[0].last_staleness, 2u);
   EXPECT_EQ(st.clocks[0].clock, 1u);
   EXPECT_EQ(st.clocks[1].clock, 2u);
+}
+
+// A live worker's pull while the queue holds pushes reads the rows as the
+// queue's apply would leave them, taking the queued share of its step:
+// here 2 of the 4 samples the job's step holds, so half a step.
+TEST_F(AggregatorTest, SemiAsyncReadsAheadOfTheQueue) {
+  SemiAsyncOptions options;
+  options.window = 10;
+  options.job_batch = 4;
+  auto agg = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  const uint64_t key = 7;
+  std::vector<float> read(2), dense(3);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {1, 0, 0})).ok());
+  ASSERT_TRUE(agg->AwaitPull(0, 1, Soon(), nullptr).ok());
+  agg->PullSparse(0, &sparse_, {&key, 1}, read);
+  agg->PullDense(0, &dense_, dense);
+  // Mean gradient (2, 4), sgd lr 0.5, half a step.
+  EXPECT_EQ(read, (std::vector<float>{-0.5f, -1.0f}));
+  EXPECT_EQ(dense, (std::vector<float>{-0.25f, 0.0f, 0.0f}));
+  // The tables did not move, and a reader outside the live set (rank 0's
+  // evaluator) sees them as they are.
+  EXPECT_EQ(Row(7), (std::vector<float>{0.0f, 0.0f}));
+  agg->PullSparse(99, &sparse_, {&key, 1}, read);
+  EXPECT_EQ(read, (std::vector<float>{0.0f, 0.0f}));
+  // Worker 1 completes the queue: one full step with the mean of both.
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 2, {7}, {0, 0}, {1, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -1.0f}));
+  agg->PullSparse(0, &sparse_, {&key, 1}, read);
+  EXPECT_EQ(read, Row(7));  // nothing queued: the table as it is
+  // Worker 0 read ahead of apply 1 and pushes after it: not stale.
+  ASSERT_TRUE(agg->Push(MakePush(0, 1, 2, {7}, {0, 0}, {0, 0, 0})).ok());
+  const AggregatorStats st = agg->Stats();
+  EXPECT_EQ(st.max_staleness, 0u);
+  EXPECT_EQ(st.pulls_ahead, 2u);  // worker 0's sparse and dense reads
+}
+
+TEST_F(AggregatorTest, SemiAsyncLookaheadOffReadsTheTables) {
+  SemiAsyncOptions options;
+  options.window = 10;
+  options.config.lookahead = false;
+  auto agg = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {0, 0, 0})).ok());
+  const uint64_t key = 7;
+  std::vector<float> read(2, 9.0f);
+  agg->PullSparse(0, &sparse_, {&key, 1}, read);
+  EXPECT_EQ(read, (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(agg->Stats().pulls_ahead, 0u);
+}
+
+// The staleness weight shortens the step under adagrad too, where a weight
+// on the gradient alone would be divided out again.
+TEST_F(AggregatorTest, SemiAsyncStaleWeightShortensAnAdagradStep) {
+  TableConfig config = SgdTable("ada", TableKind::kSparse, 1);
+  config.optimizer.type = "adagrad";
+  config.optimizer.learning_rate = 0.1f;
+  config.optimizer.epsilon = 1e-12f;
+  auto run = [&](uint64_t stale_by) {
+    SparseTable table(config, *Optimizer::Create(config.optimizer), 1);
+    auto agg = SemiAsync(2, 1);
+    const uint64_t key = 5, other = 6;
+    std::vector<float> read(1);
+    agg->PullSparse(0, &table, {&key, 1}, read);  // worker 0 reads v0
+    const float zero = 0.0f, two = 2.0f;
+    for (uint64_t c = 0; c < stale_by; ++c) {
+      PushView v;
+      v.worker_id = 1;
+      v.clock = c;
+      v.sparse.push_back({&table, {&other, 1}, {&zero, 1}});
+      EXPECT_TRUE(agg->Push(v).ok());
+    }
+    PushView v;
+    v.worker_id = 0;
+    v.clock = 0;
+    v.sparse.push_back({&table, {&key, 1}, {&two, 1}});
+    EXPECT_TRUE(agg->Push(v).ok());
+    table.Pull({&key, 1}, read);
+    return read[0];
+  };
+  // First adagrad step: -lr · g / |g| · weight; weight 1 / (1 + 0.5 s).
+  EXPECT_NEAR(run(0), -0.1f, 1e-6);
+  EXPECT_NEAR(run(2), -0.05f, 1e-6);
+}
+
+// At the end of the data a few workers are left: "everyone contributed"
+// waits for min_apply_fraction of the job's step in samples, so a lone
+// worker's small pushes are not each a full step; with nobody live the
+// queue applies at once.
+TEST_F(AggregatorTest, SemiAsyncEveryoneContributedWaitsForEnoughSamples) {
+  SemiAsyncOptions options;
+  options.window = 100;
+  options.job_batch = 8;
+  options.config.min_apply_fraction = 0.5;  // 4 samples
+  auto agg = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  agg->UpdateMembership(1, {1});  // worker 0 finished
+  for (uint64_t c = 0; c < 3; ++c) {
+    ASSERT_TRUE(agg->Push(MakePush(1, c, 1, {7}, {2, 2}, {0, 0, 0})).ok());
+    EXPECT_EQ(agg->applied_rounds(), 0u) << "after push " << c;
+  }
+  ASSERT_TRUE(agg->Push(MakePush(1, 3, 1, {7}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));
+  const uint64_t key = 7;
+  std::vector<float> read(2);
+  agg->PullSparse(1, &sparse_, {&key, 1}, read);  // reads v1: not stale
+  ASSERT_TRUE(agg->Push(MakePush(1, 4, 1, {7}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  agg->UpdateMembership(2, {});
+  EXPECT_EQ(agg->applied_rounds(), 2u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-2.0f, -2.0f}));
 }
 
 TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {

@@ -54,7 +54,7 @@ TEST(OptimizerTest, SgdSubtractsScaledGradient) {
   const std::vector<std::vector<double>> expected = {
       {0.95, -1.9}, {0.925, -1.95}, {1.025, -2.15}};
   for (int step = 0; step < 3; ++step) {
-    opt->Update(w.data(), nullptr, grads[step].data(), 2, step);
+    opt->Update(w.data(), nullptr, grads[step].data(), 2, step, 1.0f);
     ExpectNearRow(w, expected[step], step + 1);
   }
 }
@@ -97,7 +97,7 @@ TEST(OptimizerTest, AdagradAccumulatesSquaredGradients) {
   const std::vector<std::vector<double>> expected_a = {
       {10, 2, 1}, {11, 6, 1.25}, {15, 6.25, 17.25}};
   for (int step = 0; step < 3; ++step) {
-    opt->Update(w.data(), a.data(), grads[step].data(), 3, step);
+    opt->Update(w.data(), a.data(), grads[step].data(), 3, step, 1.0f);
     ExpectNearRow(w, expected_w[step], step + 1);
     ExpectNearRow(a, expected_a[step], step + 1);
   }
@@ -148,7 +148,7 @@ TEST(OptimizerTest, AdamAppliesBiasCorrectedMoments) {
       {0.07, -0.04, 0.00031225, 0.001249},
       {-0.037, 0.164, 0.00131193775, 0.005247751}};
   for (int step = 0; step < 3; ++step) {
-    opt->Update(w.data(), state.data(), grads[step].data(), 2, step);
+    opt->Update(w.data(), state.data(), grads[step].data(), 2, step, 1.0f);
     ExpectNearRow(w, expected_w[step], step + 1);
     ExpectNearRow(state, expected_state[step], step + 1);
   }
@@ -168,7 +168,7 @@ TEST(OptimizerTest, AdamBiasCorrectionFollowsStepArgument) {
   std::vector<float> w = {0.0f};
   std::vector<float> state = {0.1f, 0.001f};
   const float g = 1.0f;
-  opt->Update(w.data(), state.data(), &g, 1, 99);
+  opt->Update(w.data(), state.data(), &g, 1, 99, 1.0f);
   EXPECT_NEAR(w[0], -0.131127897, 1e-6);
 }
 
@@ -227,7 +227,7 @@ TEST(OptimizerTest, FtrlFollowsProximalClosedForm) {
       {0.712909968, 0.032, 0.470256581, 0.3125, 0.0029, 5},
       {-0.0703656147, 0.042, 0.976385209, 1.3125, 0.003, 5.25}};
   for (int step = 0; step < 3; ++step) {
-    opt->Update(w.data(), state.data(), grads[step].data(), 3, step);
+    opt->Update(w.data(), state.data(), grads[step].data(), 3, step, 1.0f);
     ExpectNearRow(w, expected_w[step], step + 1);
     ExpectNearRow(state, expected_state[step], step + 1);
   }
@@ -236,6 +236,90 @@ TEST(OptimizerTest, FtrlFollowsProximalClosedForm) {
 // Rows of dim >= 4 go through the four-lane path; each element must come out
 // bit-for-bit as if it had been updated alone (the scalar path, which the
 // hand-computed tests above check).
+// step_scale s (the aggregator's staleness weight) shortens the step and
+// leaves the g² statistics alone. By hand, one update from w = 1 (ftrl: 0):
+//   sgd     lr 0.1, g 0.5, s 0.5: w = 1 - 0.1 * 0.5 * 0.5            = 0.975
+//   adagrad lr 0.5, eps 0.1, a0 1, g 3, s 0.5: a = 10,
+//           w = 1 - 0.5 * 0.5 * 3 / (sqrt(10) + 0.1)              = 0.770099275
+//   adam    lr 0.1, b1 0.9, b2 0.999, g 0.5, s 0.5: m = 0.1 * 0.5 * 0.5
+//           = 0.025, v = 0.001 * 0.25 = 0.00025, m^ = 0.25, v^ = 0.25,
+//           w = 1 - 0.1 * 0.25 / 0.5                              = 0.95
+//   ftrl    alpha 0.5, beta 1, g 2, s 0.5: n = 4, sigma = 2 / 0.5 = 4,
+//           z = 0.5 * 2 - 4 * 0 = 1, w = -1 / ((1 + 2) / 0.5)      =
+//           -0.166666667
+TEST(OptimizerTest, StepScaleShortensTheStepNotTheAccumulators) {
+  struct Case {
+    OptimizerConfig config;
+    float w0, g;
+    double want_w;
+    std::vector<double> want_state;
+  };
+  std::vector<Case> cases(4);
+  cases[0].config.type = "sgd";
+  cases[0].config.learning_rate = 0.1f;
+  cases[0] = {cases[0].config, 1.0f, 0.5f, 0.975, {}};
+  cases[1].config.type = "adagrad";
+  cases[1].config.learning_rate = 0.5f;
+  cases[1].config.epsilon = 0.1f;
+  cases[1].config.initial_accumulator = 1.0f;
+  cases[1] = {cases[1].config, 1.0f, 3.0f, 0.770099275, {10.0}};
+  cases[2].config.type = "adam";
+  cases[2].config.learning_rate = 0.1f;
+  cases[2].config.beta1 = 0.9f;
+  cases[2].config.beta2 = 0.999f;
+  cases[2].config.epsilon = 1e-8f;
+  cases[2] = {cases[2].config, 1.0f, 0.5f, 0.95, {0.025, 0.00025}};
+  cases[3].config.type = "ftrl";
+  cases[3].config.learning_rate = 0.5f;
+  cases[3].config.ftrl_beta = 1.0f;
+  cases[3].config.l1 = 0.0f;
+  cases[3].config.l2 = 0.0f;
+  cases[3] = {cases[3].config, 0.0f, 2.0f, -0.166666667, {1.0, 4.0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.config.type);
+    auto opt = MustCreate(c.config);
+    ASSERT_NE(opt, nullptr);
+    std::vector<float> w = {c.w0};
+    std::vector<float> state(opt->StateWidth(1));
+    opt->InitState(w.data(), state.data(), 1);
+    opt->Update(w.data(), state.data(), &c.g, 1, 0, 0.5f);
+    ExpectNearRow(w, {c.want_w}, 1);
+    ExpectNearRow(state, c.want_state, 1);
+  }
+}
+
+// Why the staleness weight is a step scale: adagrad and adam divide the
+// gradient by its own running magnitude, so a gradient weighted down by the
+// same factor at every step moves the weights exactly as far as the
+// unweighted one (epsilon and a0 at 0 make it exact), while step_scale
+// does shorten the steps.
+TEST(OptimizerTest, AdaptiveRulesIgnoreAUniformGradientWeight) {
+  for (const char* type : {"adagrad", "adam"}) {
+    SCOPED_TRACE(type);
+    OptimizerConfig config;
+    config.type = type;
+    config.learning_rate = 0.1f;
+    config.epsilon = 1e-12f;
+    config.initial_accumulator = 0.0f;
+    auto opt = MustCreate(config);
+    ASSERT_NE(opt, nullptr);
+    const std::vector<float> grads = {0.8f, -0.3f, 0.5f, 0.1f};
+    auto run = [&](float weight, float step_scale) {
+      std::vector<float> w = {1.0f};
+      std::vector<float> state(opt->StateWidth(1));
+      opt->InitState(w.data(), state.data(), 1);
+      for (size_t t = 0; t < grads.size(); ++t) {
+        const float g = weight * grads[t];
+        opt->Update(w.data(), state.data(), &g, 1, t, step_scale);
+      }
+      return w[0];
+    };
+    const float plain = run(1.0f, 1.0f);
+    EXPECT_NEAR(run(0.5f, 1.0f), plain, 1e-6);
+    EXPECT_GT(std::fabs(run(1.0f, 0.5f) - plain), 0.05);
+  }
+}
+
 TEST(OptimizerTest, WideRowsMatchElementByElementUpdates) {
   constexpr uint64_t kDim = 11;  // two blocks of four, then a tail of three
   for (const char* type : {"sgd", "adagrad", "adam", "ftrl"}) {
@@ -262,9 +346,9 @@ TEST(OptimizerTest, WideRowsMatchElementByElementUpdates) {
       for (uint64_t i = 0; i < kDim; ++i) {
         g[i] = 0.37f * static_cast<float>(i) - 1.1f + 0.5f * step;
       }
-      opt->Update(w.data(), state.data(), g.data(), kDim, step);
+      opt->Update(w.data(), state.data(), g.data(), kDim, step, 1.0f);
       for (uint64_t i = 0; i < kDim; ++i) {
-        opt->Update(w1[i].data(), s1[i].data(), &g[i], 1, step);
+        opt->Update(w1[i].data(), s1[i].data(), &g[i], 1, step, 1.0f);
       }
     }
     for (uint64_t i = 0; i < kDim; ++i) {
