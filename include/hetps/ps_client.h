@@ -25,8 +25,14 @@
 
 namespace hetps {
 
+// The worker id of a client that only reads (rank 0's evaluator, a serving
+// reader): not a worker of the job, so no consistency mode counts it, waits
+// for it or holds it; servers refuse its pushes.
+inline constexpr uint32_t kReaderId = 0xFFFFFFFFu;
+
 struct PsClientOptions {
   std::vector<std::string> endpoints;  // server rank i at endpoints[i]
+  // The job's worker rank (< cluster.workers), or kReaderId.
   uint32_t worker_id = 0;
   // The worker's registration count (RegisterResponse.incarnation); 0 for
   // a client that does not register. A restarted worker's higher one tells

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <span>
 #include <fstream>
+#include <span>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -42,7 +42,8 @@ absl::Status FsyncPath(const std::string& path, int flags) {
   const int rc = ::fsync(fd);
   const std::string error = rc == 0 ? "" : ErrnoText();
   ::close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat(path, ": fsync: ", error));
+  if (rc != 0)
+    return absl::InternalError(absl::StrCat(path, ": fsync: ", error));
   return absl::OkStatus();
 }
 
@@ -94,9 +95,9 @@ absl::Status CheckBytes(const std::string& path, const nlohmann::json& entry,
   }
   const std::string got = Hex64(XXH64(bytes.data(), bytes.size(), 0));
   if (got != entry.value("xxh64", "")) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": checksum ", got, " does not match the manifest's ",
-                     entry.value("xxh64", ""), " (corrupt)"));
+    return absl::DataLossError(absl::StrCat(
+        path, ": checksum ", got, " does not match the manifest's ",
+        entry.value("xxh64", ""), " (corrupt)"));
   }
   return absl::OkStatus();
 }
@@ -192,6 +193,66 @@ std::string ServerCheckpointDir(const std::string& root, uint32_t rank) {
 // ---------------------------------------------------------------------------
 // Verifying and reading.
 
+// Every manifest field that restore and export read, with its type, so that
+// a manifest that parses but holds a wrong type is refused here (DATA_LOSS)
+// instead of throwing where a field is read.
+absl::Status CheckManifestTypes(const nlohmann::json& m,
+                                const std::string& manifest_path) {
+  using Json = nlohmann::json;
+  const auto bad = [&](const std::string& what) {
+    return absl::DataLossError(
+        absl::StrCat(manifest_path, ": ", what, " (corrupt)"));
+  };
+  const auto is_count = [](const Json& o, const char* field, bool required) {
+    if (!o.contains(field)) return !required;
+    return o[field].is_number_unsigned();
+  };
+  const auto is_text = [](const Json& o, const char* field, bool required) {
+    if (!o.contains(field)) return !required;
+    return o[field].is_string();
+  };
+  if (!m.is_object()) return bad("not a JSON object");
+  for (const char* f : {"seq", "rank", "num_servers", "applied_rounds"}) {
+    if (!is_count(m, f, /*required=*/std::string(f) != "applied_rounds")) {
+      return bad(absl::StrCat("'", f, "' is not a non-negative integer"));
+    }
+  }
+  for (const char* f : {"format", "job", "mode"}) {
+    if (!is_text(m, f, std::string(f) == "format")) {
+      return bad(absl::StrCat("'", f, "' is not a string"));
+    }
+  }
+  if (!m.contains("files") || !m["files"].is_array()) {
+    return bad("'files' is not a list");
+  }
+  for (const Json& f : m["files"]) {
+    if (!f.is_object() || !is_text(f, "name", true) ||
+        !is_count(f, "bytes", true) || !is_text(f, "xxh64", true)) {
+      return bad(
+          "a 'files' entry lacks a string name and xxh64 or a byte count");
+    }
+  }
+  if (!m.contains("tables") || !m["tables"].is_array()) {
+    return bad("'tables' is not a list");
+  }
+  for (const Json& t : m["tables"]) {
+    if (!t.is_object() || !is_text(t, "name", true) ||
+        !is_text(t, "kind", true) || !is_text(t, "optimizer", true) ||
+        !is_text(t, "file", true) || !is_count(t, "dim", true)) {
+      return bad(
+          "a 'tables' entry lacks a string name, kind, optimizer or file, or "
+          "a dim");
+    }
+    for (const char* f : {"state_width", "rows", "offset", "length"}) {
+      if (!is_count(t, f, false)) {
+        return bad(absl::StrCat("table '", t["name"].get<std::string>(), "': '",
+                                f, "' is not a non-negative integer"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
   const std::string manifest_path = (fs::path(path) / kManifestName).string();
   auto text = ReadFile(manifest_path);
@@ -203,17 +264,17 @@ absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
   ckpt.path = path;
   ckpt.manifest = nlohmann::json::parse(*text, nullptr, false);
   if (ckpt.manifest.is_discarded() || !ckpt.manifest.is_object() ||
-      ckpt.manifest.value("format", "") != kCheckpointFormat ||
-      !ckpt.manifest.contains("files") || !ckpt.manifest["files"].is_array()) {
+      !ckpt.manifest.contains("format") ||
+      ckpt.manifest["format"] != kCheckpointFormat) {
     return absl::DataLossError(absl::StrCat(
         manifest_path, ": not a ", kCheckpointFormat, " manifest (corrupt)"));
   }
-  ckpt.seq = ckpt.manifest.value("seq", uint64_t{0});
+  if (absl::Status s = CheckManifestTypes(ckpt.manifest, manifest_path);
+      !s.ok()) {
+    return s;
+  }
+  ckpt.seq = ckpt.manifest["seq"].get<uint64_t>();
   for (const auto& entry : ckpt.manifest["files"]) {
-    if (!entry.is_object() || !entry.contains("name")) {
-      return absl::DataLossError(
-          absl::StrCat(manifest_path, ": a file entry has no name (corrupt)"));
-    }
     const std::string file =
         (fs::path(path) / entry.value("name", "")).string();
     auto bytes = ReadFile(file);
@@ -227,17 +288,16 @@ absl::StatusOr<VerifiedCheckpoint> NewestCheckpoint(
     const std::string& server_dir, std::vector<std::string>* refused) {
   const auto found = ListCheckpoints(server_dir);
   if (found.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat(server_dir, ": no checkpoint yet"));
+    return absl::NotFoundError(absl::StrCat(server_dir, ": no checkpoint yet"));
   }
   for (const auto& [seq, path] : found) {
     auto ckpt = VerifyCheckpoint(path);
     if (ckpt.ok()) return ckpt;
     if (refused) refused->push_back(std::string(ckpt.status().message()));
   }
-  return absl::DataLossError(absl::StrCat(
-      server_dir, ": none of its ", found.size(),
-      " checkpoints verifies (each refused above)"));
+  return absl::DataLossError(
+      absl::StrCat(server_dir, ": none of its ", found.size(),
+                   " checkpoints verifies (each refused above)"));
 }
 
 absl::StatusOr<std::string> ReadCheckpointFile(const VerifiedCheckpoint& ckpt,
@@ -260,8 +320,8 @@ absl::StatusOr<std::string> ReadCheckpointFile(const VerifiedCheckpoint& ckpt,
 CheckpointWriter::CheckpointWriter(std::string server_dir, uint64_t seq)
     : server_dir_(std::move(server_dir)),
       seq_(seq),
-      tmp_path_((fs::path(server_dir_) / (CheckpointName(seq) + ".tmp"))
-                    .string()) {}
+      tmp_path_(
+          (fs::path(server_dir_) / (CheckpointName(seq) + ".tmp")).string()) {}
 
 CheckpointWriter::~CheckpointWriter() {
   if (committed_) return;
@@ -271,13 +331,14 @@ CheckpointWriter::~CheckpointWriter() {
 
 absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Begin(
     const std::string& server_dir, uint64_t seq) {
-  std::unique_ptr<CheckpointWriter> writer(new CheckpointWriter(server_dir, seq));
+  std::unique_ptr<CheckpointWriter> writer(
+      new CheckpointWriter(server_dir, seq));
   std::error_code ec;
   fs::create_directories(server_dir, ec);
   fs::remove_all(writer->tmp_path_, ec);
   if (!fs::create_directory(writer->tmp_path_, ec) || ec) {
-    return absl::InternalError(absl::StrCat(
-        writer->tmp_path_, ": cannot create: ", ec.message()));
+    return absl::InternalError(
+        absl::StrCat(writer->tmp_path_, ": cannot create: ", ec.message()));
   }
   return writer;
 }
@@ -300,8 +361,10 @@ absl::Status CheckpointWriter::AddFile(
     while (error.empty() && done < buffer.size()) {
       const ssize_t n = ::write(fd, buffer.data() + done, buffer.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) error = ErrnoText();
-      else done += static_cast<size_t>(n);
+      if (n < 0)
+        error = ErrnoText();
+      else
+        done += static_cast<size_t>(n);
     }
     buffer.clear();
   };
@@ -326,7 +389,8 @@ absl::Status CheckpointWriter::AddFile(
   if (!error.empty()) {
     return absl::InternalError(absl::StrCat(path, ": write: ", error));
   }
-  files_.push_back({{"name", name}, {"bytes", total}, {"xxh64", Hex64(digest)}});
+  files_.push_back(
+      {{"name", name}, {"bytes", total}, {"xxh64", Hex64(digest)}});
   return absl::OkStatus();
 }
 
@@ -335,7 +399,8 @@ absl::StatusOr<std::string> CheckpointWriter::Commit(nlohmann::json manifest) {
   manifest["seq"] = seq_;
   manifest["files"] = files_;
   const std::string text = manifest.dump(1);
-  const std::string manifest_path = (fs::path(tmp_path_) / kManifestName).string();
+  const std::string manifest_path =
+      (fs::path(tmp_path_) / kManifestName).string();
   {
     std::ofstream out(manifest_path, std::ios::binary | std::ios::trunc);
     out << text;
@@ -354,11 +419,12 @@ absl::StatusOr<std::string> CheckpointWriter::Commit(nlohmann::json manifest) {
   fs::remove_all(final_path, ec);
   fs::rename(tmp_path_, final_path, ec);
   if (ec) {
-    return absl::InternalError(
-        absl::StrCat(tmp_path_, ": rename to ", final_path, ": ", ec.message()));
+    return absl::InternalError(absl::StrCat(tmp_path_, ": rename to ",
+                                            final_path, ": ", ec.message()));
   }
   committed_ = true;
-  if (absl::Status s = FsyncPath(server_dir_, O_RDONLY | O_DIRECTORY); !s.ok()) {
+  if (absl::Status s = FsyncPath(server_dir_, O_RDONLY | O_DIRECTORY);
+      !s.ok()) {
     return s;
   }
   return final_path;
@@ -424,7 +490,9 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
         out.write(reinterpret_cast<const char*>(w.data()),
                   static_cast<std::streamsize>(w.size() * sizeof(float)));
       }
-      if (!out) return absl::InternalError(absl::StrCat(out_dir, "/", name, ".rows: write failed"));
+      if (!out)
+        return absl::InternalError(
+            absl::StrCat(out_dir, "/", name, ".rows: write failed"));
     } else {
       std::vector<float> whole(dim);
       for (const auto& c : ckpts) {
@@ -435,22 +503,27 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
         if (!slice.ok()) return slice.status();
         const std::vector<float>& w = slice->slice.weights;
         if (slice->offset > dim || w.size() > dim - slice->offset) {
-          return absl::DataLossError(
-              absl::StrCat(path, ": slice beyond the table's ", dim, " floats"));
+          return absl::DataLossError(absl::StrCat(
+              path, ": slice beyond the table's ", dim, " floats"));
         }
         std::copy(w.begin(), w.end(), whole.begin() + slice->offset);
       }
       entry["file"] = name + ".dense";
-      std::ofstream out(fs::path(out_dir) / (name + ".dense"), std::ios::binary);
+      std::ofstream out(fs::path(out_dir) / (name + ".dense"),
+                        std::ios::binary);
       out.write(reinterpret_cast<const char*>(whole.data()),
                 static_cast<std::streamsize>(whole.size() * sizeof(float)));
-      if (!out) return absl::InternalError(absl::StrCat(out_dir, "/", name, ".dense: write failed"));
+      if (!out)
+        return absl::InternalError(
+            absl::StrCat(out_dir, "/", name, ".dense: write failed"));
     }
     model["tables"].push_back(std::move(entry));
   }
   std::ofstream out(fs::path(out_dir) / "model.json");
   out << model.dump(2) << "\n";
-  if (!out) return absl::InternalError(absl::StrCat(out_dir, "/model.json: write failed"));
+  if (!out)
+    return absl::InternalError(
+        absl::StrCat(out_dir, "/model.json: write failed"));
   return model;
 }
 
@@ -495,44 +568,46 @@ absl::StatusOr<std::string> Checkpointer::SaveLocked(uint64_t applied) {
       entry["kind"] = "sparse";
       entry["state_width"] = sparse->state_width();
       uint64_t rows = 0;
-      written = (*writer)->AddFile(TableFileName(table), [&](const auto& append) {
-        const uint64_t header[2] = {sparse->dim(), sparse->state_width()};
-        append(kSparseMagic, sizeof(kSparseMagic));
-        append(header, sizeof(header));
-        sparse->ForEachRowWithState([&](uint64_t key, std::span<const float> w,
-                                        std::span<const float> state,
-                                        uint64_t updates) {
-          append(&key, sizeof(key));
-          append(&updates, sizeof(updates));
-          append(w.data(), w.size_bytes());
-          append(state.data(), state.size_bytes());
-          ++rows;
-        });
-      });
+      written =
+          (*writer)->AddFile(TableFileName(table), [&](const auto& append) {
+            const uint64_t header[2] = {sparse->dim(), sparse->state_width()};
+            append(kSparseMagic, sizeof(kSparseMagic));
+            append(header, sizeof(header));
+            sparse->ForEachRowWithState(
+                [&](uint64_t key, std::span<const float> w,
+                    std::span<const float> state, uint64_t updates) {
+                  append(&key, sizeof(key));
+                  append(&updates, sizeof(updates));
+                  append(w.data(), w.size_bytes());
+                  append(state.data(), state.size_bytes());
+                  ++rows;
+                });
+          });
       entry["rows"] = rows;
     } else if (DenseTable* dense = server_->dense_table(table.name)) {
       entry["kind"] = "dense";
       const DenseTable::Snapshot snap = dense->Save();
       entry["offset"] = dense->offset();
       entry["length"] = dense->length();
-      written = (*writer)->AddFile(TableFileName(table), [&](const auto& append) {
-        const uint64_t header[4] = {dense->offset(), dense->length(),
-                                    snap.state.size(), snap.updates};
-        append(kDenseMagic, sizeof(kDenseMagic));
-        append(header, sizeof(header));
-        append(snap.weights.data(), snap.weights.size() * sizeof(float));
-        append(snap.state.data(), snap.state.size() * sizeof(float));
-      });
+      written =
+          (*writer)->AddFile(TableFileName(table), [&](const auto& append) {
+            const uint64_t header[4] = {dense->offset(), dense->length(),
+                                        snap.state.size(), snap.updates};
+            append(kDenseMagic, sizeof(kDenseMagic));
+            append(header, sizeof(header));
+            append(snap.weights.data(), snap.weights.size() * sizeof(float));
+            append(snap.state.data(), snap.state.size() * sizeof(float));
+          });
     }
     if (!written.ok()) return written;
     tables.push_back(std::move(entry));
   }
   if (coordinator_ != nullptr) {
-    const std::string progress = coordinator_->SaveProgress().SerializeAsString();
-    absl::Status written =
-        (*writer)->AddFile(kProgressFile, [&](const auto& append) {
-          append(progress.data(), progress.size());
-        });
+    const std::string progress =
+        coordinator_->SaveProgress().SerializeAsString();
+    absl::Status written = (*writer)->AddFile(
+        kProgressFile,
+        [&](const auto& append) { append(progress.data(), progress.size()); });
     if (!written.ok()) return written;
   }
   nlohmann::json manifest = {
@@ -577,10 +652,10 @@ absl::Status Checkpointer::Restore() {
   const nlohmann::json& m = ckpt->manifest;
   if (m.value("rank", -1) != static_cast<int>(rank_) ||
       m.value("num_servers", -1) != config_.num_servers()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ckpt->path, ": saved by server ", m.value("rank", -1), " of ",
-        m.value("num_servers", -1), ", this is server ", rank_, " of ",
-        config_.num_servers()));
+    return absl::FailedPreconditionError(
+        absl::StrCat(ckpt->path, ": saved by server ", m.value("rank", -1),
+                     " of ", m.value("num_servers", -1), ", this is server ",
+                     rank_, " of ", config_.num_servers()));
   }
   for (const TableConfig& table : config_.tables) {
     const nlohmann::json* saved = nullptr;
@@ -623,9 +698,9 @@ absl::Status Checkpointer::Restore() {
       auto file = ReadDenseFile(*bytes, path);
       if (!file.ok()) return file.status();
       if (file->offset != t->offset()) {
-        return absl::DataLossError(absl::StrCat(
-            path, ": the slice at ", file->offset, ", this server holds ",
-            t->offset()));
+        return absl::DataLossError(
+            absl::StrCat(path, ": the slice at ", file->offset,
+                         ", this server holds ", t->offset()));
       }
       if (absl::Status s = t->Restore(std::move(file->slice)); !s.ok()) {
         return s;

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "compress/codec.h"
 #include "coord/window_controller.h"
+#include "hetps/ps_client.h"
 #include "hetps/version.h"
 
 namespace hetps {
@@ -139,6 +140,14 @@ absl::Status PsServer::CheckKeys(const std::string& table,
 absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
                                             uint32_t incarnation,
                                             uint64_t clock) {
+  // Ids index per-worker state here and in the aggregator: a peer must not
+  // grow it at will.
+  const uint64_t workers = static_cast<uint64_t>(config_.num_workers());
+  if (worker >= workers && worker != kReaderId) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_id ", worker, " out of range: the job has ",
+                     workers, " workers"));
+  }
   std::lock_guard<std::mutex> lock(incarnations_mu_);
   auto [it, first] = incarnations_.try_emplace(worker);
   Incarnation& known = it->second;
@@ -254,6 +263,10 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
   }
   if (request.batch_size() == 0) {
     return absl::InvalidArgumentError("push: batch_size must be >= 1");
+  }
+  if (request.worker_id() == kReaderId) {
+    return absl::InvalidArgumentError(
+        "push: worker_id is the read-only client's (kReaderId)");
   }
   PushView view;
   view.worker_id = request.worker_id();

@@ -32,10 +32,6 @@ using Clock = std::chrono::steady_clock;
 // Steps between two points of the loss curve (report, over-compression).
 constexpr uint64_t kLossCurveEvery = 20;
 
-// The id under which rank 0's evaluation thread pulls: not a worker of the
-// job, so no consistency mode waits for it or holds it.
-constexpr uint32_t kEvaluatorId = std::numeric_limits<uint32_t>::max();
-
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -201,8 +197,9 @@ class Worker {
   const std::vector<TableConfig> tables_;
 };
 
-absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(
-    const JobConfig& config, uint32_t worker_id, uint32_t incarnation) {
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
+                                                        uint32_t worker_id,
+                                                        uint32_t incarnation) {
   PsClientOptions options;
   options.endpoints = config.cluster.ps_endpoints;
   options.worker_id = worker_id;
@@ -229,7 +226,7 @@ class PeriodicEvaluator {
     auto reader = OpenReader(config_.train.data, Split::kTest, 0, 1);
     if (!reader.ok()) return reader.status();
     reader_ = std::move(*reader);
-    auto client = ConnectClient(config_, kEvaluatorId, 0);
+    auto client = ConnectClient(config_, kReaderId, 0);
     if (!client.ok()) return client.status();
     client_ = std::move(*client);
     thread_ = std::thread([this] { Run(); });
@@ -376,7 +373,7 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
     return s;
   };
 
-  int epoch = 0;  // epoch of the current chunk
+  int epoch = 0;               // epoch of the current chunk
   uint64_t chunk_samples = 0;  // trained from the chunk in hand
   while (true) {
     auto chunk = coordinator.NextChunk(chunk_samples);

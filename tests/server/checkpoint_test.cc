@@ -8,8 +8,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "coord/coordinator.h"
+#include "nlohmann/json.hpp"
 #include "server/ps_server.h"
 #include "support/test_support.h"
 
@@ -202,6 +204,47 @@ TEST_F(CheckpointTest, MissingManifestIsRefusedAsUnfinished) {
   EXPECT_TRUE(*restored == at_first_);
 }
 
+// A manifest that is valid JSON but holds a wrong type anywhere restore or
+// export reads is refused as corrupt (DATA_LOSS naming it), never thrown,
+// and the checkpoint before it loads.
+TEST_F(CheckpointTest, ManifestWithWrongTypesIsRefusedAsCorrupt) {
+  const std::string manifest = FileOf(second_, kManifestName);
+  std::string original;
+  {
+    std::ifstream in(manifest);
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const nlohmann::json good = nlohmann::json::parse(original);
+  const std::vector<
+      std::pair<std::string, std::function<void(nlohmann::json&)>>>
+      breakages = {
+          {"'seq'", [](auto& m) { m["seq"] = "seven"; }},
+          {"'rank'", [](auto& m) { m["rank"] = -1; }},
+          {"'num_servers'", [](auto& m) { m["num_servers"] = nullptr; }},
+          {"'job'", [](auto& m) { m["job"] = 3; }},
+          {"'files'", [](auto& m) { m["files"] = "all of them"; }},
+          {"'files' entry", [](auto& m) { m["files"][0]["bytes"] = "many"; }},
+          {"'files' entry", [](auto& m) { m["files"][0]["name"] = 12; }},
+          {"'tables'", [](auto& m) { m.erase("tables"); }},
+          {"'tables' entry", [](auto& m) { m["tables"][0]["dim"] = 3.5; }},
+          {"'state_width'",
+           [](auto& m) { m["tables"][0]["state_width"] = "wide"; }},
+      };
+  for (const auto& [field, breakage] : breakages) {
+    SCOPED_TRACE(field);
+    nlohmann::json broken = good;
+    breakage(broken);
+    std::ofstream(manifest, std::ios::trunc) << broken.dump();
+    auto verified = VerifyCheckpoint(second_);
+    EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(verified.status().message(), HasSubstr(manifest));
+    EXPECT_THAT(verified.status().message(), HasSubstr(field));
+    auto restored = Resume(config_);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_TRUE(*restored == at_first_);
+  }
+}
+
 TEST_F(CheckpointTest, NoCheckpointThatVerifiesStopsTheServer) {
   fs::remove(FileOf(first_, kManifestName));
   fs::remove(FileOf(second_, "table-emb.sparse"));
@@ -254,7 +297,9 @@ TEST_F(CheckpointTest, ExportWritesSortedRowsAndTheDenseArray) {
     float w[3];
     ASSERT_TRUE(rows.read(reinterpret_cast<char*>(&key), 8));
     ASSERT_TRUE(rows.read(reinterpret_cast<char*>(w), sizeof(w)));
-    if (i > 0) EXPECT_GT(key, previous);
+    if (i > 0) {
+      EXPECT_GT(key, previous);
+    }
     previous = key;
     const Row& want = at_second_.rows.at(key);
     EXPECT_EQ(std::vector<float>(w, w + 3), want.weights);

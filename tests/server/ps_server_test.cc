@@ -13,6 +13,7 @@
 #include "common/channel.h"
 #include "compress/codec.h"
 #include "hetps.grpc.pb.h"
+#include "hetps/ps_client.h"
 #include "hetps/version.h"
 #include "server/server_node.h"
 #include "support/test_support.h"
@@ -155,6 +156,43 @@ TEST_F(PsServerTest, UnknownTableIsNotFound) {
   grpc::Status s = Push(req);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("unknown table 'nope'"));
+  ExpectUnchangedAndServing();
+}
+
+// Worker ids index per-worker state on the server: one outside the job
+// (the job has 1 worker) is refused on every request, and the read-only id
+// may pull but not push.
+TEST_F(PsServerTest, WorkerIdOutsideTheJobIsInvalidArgument) {
+  ApplyOneGoodPush();
+  rpc::PushRequest push = GoodPush({2}, 1.0f);
+  push.set_worker_id(7);
+  grpc::Status s = Push(push);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("worker_id 7 out of range: the job has 1 workers"));
+  push.set_worker_id(kReaderId);
+  s = Push(push);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("read-only"));
+  rpc::PullSparseRequest pull;
+  pull.set_protocol_version(kProtocolVersion);
+  pull.set_table("emb");
+  pull.set_dim(4);
+  AssignBytes<uint64_t>(pull.mutable_keys(), std::vector<uint64_t>{1});
+  pull.set_worker_id(1u << 30);
+  {
+    grpc::ClientContext ctx;
+    rpc::PullSparseResponse resp;
+    s = ps_->PullSparse(&ctx, pull, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  pull.set_worker_id(kReaderId);
+  {
+    grpc::ClientContext ctx;
+    rpc::PullSparseResponse resp;
+    ASSERT_TRUE(ps_->PullSparse(&ctx, pull, &resp).ok());
+    EXPECT_EQ(resp.values().size(), 4 * sizeof(float));
+  }
   ExpectUnchangedAndServing();
 }
 
