@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     table->Push(std::span(keys.data(), n), std::span(grads.data(), n * dim));
   }
 
-  hetps::Checkpointer checkpointer(config, 0, server->get(), nullptr);
+  hetps::Checkpointer checkpointer(config, 0, server->get());
   std::vector<double> save_s, verify_s, restore_s, export_s;
   std::string path;
   for (int r = 0; r < reps; ++r) {
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
     resume.checkpoint.resume = true;
     auto fresh = hetps::PsServer::Create(resume, 0);
     if (!fresh.ok()) return 1;
-    hetps::Checkpointer restorer(resume, 0, fresh->get(), nullptr);
+    hetps::Checkpointer restorer(resume, 0, fresh->get());
     start = Clock::now();
     if (!restorer.Restore().ok()) return 1;
     restore_s.push_back(SecondsSince(start));

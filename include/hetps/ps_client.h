@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hetps/codec.h"
 #include "hetps/config.h"
 
 namespace hetps {
@@ -44,18 +45,16 @@ struct PsClientOptions {
   // Sync mode needs every server to see every push (rounds close per
   // server); in async mode servers without keys in a push are skipped.
   bool push_to_all_servers = true;
+  // Error feedback (compress.error_feedback): the residual of every lossy
+  // encode is kept, per table row (per table and server slice for dense
+  // tables), and added to the next push that carries it.
+  bool error_feedback = false;
 };
 
-struct CodecSpec;     // src/compress/codec.h
-class ErrorFeedback;  // src/compress/error_feedback.h
-
-// How Push encodes its gradients (src/compress/, docs/PROTOCOL.md) and what
-// it sent. Each server's part is encoded on its own; with `feedback`, the
-// residual of a lossy encode is kept per table row (per table and server
-// slice for dense tables) and added to the next push.
+// How Push encodes its gradients (hetps/codec.h, docs/PROTOCOL.md) and what
+// it sent. Each server's part is encoded on its own.
 struct PushEncoding {
-  const CodecSpec* spec = nullptr;    // nullptr or codec none: raw fp32
-  ErrorFeedback* feedback = nullptr;  // nullptr: no error feedback
+  CodecSpec spec;           // kNone: raw fp32
   uint64_t raw_bytes = 0;   // out: the gradient payloads as fp32 keys+values
   uint64_t sent_bytes = 0;  // out: as sent
   // out: the same without keys and payload headers: the gradient itself

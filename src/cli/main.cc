@@ -27,7 +27,7 @@
 #include "config/environment.h"
 #include "hetps/config.h"
 #include "hetps/version.h"
-#include "model/model.h"
+#include "model/job_shape.h"
 
 namespace {
 
@@ -89,12 +89,16 @@ absl::StatusOr<hetps::JobConfig> BuildConfig(
   return config;
 }
 
-// Checks the config, fills in the model's tables and reads the secrets that
-// `auth` points at.
-absl::Status ValidateAndResolve(hetps::JobConfig& config) {
+// Checks the config, resolves the job's shape (and fills in the model's
+// tables) and reads the secrets that `auth` points at.
+absl::StatusOr<hetps::JobShape> ValidateAndResolve(hetps::JobConfig& config) {
   if (auto s = hetps::ValidateJobConfig(config); !s.ok()) return s;
-  if (auto s = hetps::ResolveModelTables(config); !s.ok()) return s;
-  return hetps::ResolveCredentials(config, std::getenv);
+  auto shape = hetps::ResolveJob(config);
+  if (!shape.ok()) return shape.status();
+  if (auto s = hetps::ResolveCredentials(config, std::getenv); !s.ok()) {
+    return s;
+  }
+  return shape;
 }
 
 }  // namespace
@@ -148,10 +152,11 @@ int main(int argc, char** argv) {
   auto* export_model = app.add_subcommand(
       "export", "write the model of a job's newest checkpoints for serving");
   std::string export_out;
-  export_model->add_option("--checkpoint-dir", checkpoint_dir,
-                           "the job's checkpoint.dir")->required();
-  export_model->add_option("--out", export_out, "output directory")
+  export_model
+      ->add_option("--checkpoint-dir", checkpoint_dir,
+                   "the job's checkpoint.dir")
       ->required();
+  export_model->add_option("--out", export_out, "output directory")->required();
 
   auto* gen = app.add_subcommand(
       "gen-data", "write Criteo-format data drawn from a hidden teacher model");
@@ -176,8 +181,8 @@ int main(int argc, char** argv) {
                   "fraction of positive labels the bias aims at");
 
   auto* status = app.add_subcommand("status", "show a running job");
-  status->add_option("--coordinator", coordinator,
-                     "host:port of server 0")->required();
+  status->add_option("--coordinator", coordinator, "host:port of server 0")
+      ->required();
   status->add_flag("--json", json, "print JSON");
   save->add_option("--coordinator", coordinator, "host:port of server 0")
       ->required();
@@ -219,8 +224,8 @@ int main(int argc, char** argv) {
                    : hetps::RunSave(coordinator, config->credentials);
   }
   if (*launch) {
-    if (auto s = ValidateAndResolve(*config); !s.ok()) {
-      return ConfigError(std::string(s.message()));
+    if (auto shape = ValidateAndResolve(*config); !shape.ok()) {
+      return ConfigError(std::string(shape.status().message()));
     }
     hetps::SetupLogging(config->log_level, "launch");
     hetps::LaunchOptions options;
@@ -234,11 +239,11 @@ int main(int argc, char** argv) {
 
   // A single role: the environment may name endpoints, role and rank.
   auto assigned = hetps::ApplyPaddleEnvironment(*config, std::getenv);
-  if (!assigned.ok()) return ConfigError(std::string(assigned.status().message()));
+  if (!assigned.ok())
+    return ConfigError(std::string(assigned.status().message()));
   if (rank < 0) rank = assigned->rank;
-  if (auto s = ValidateAndResolve(*config); !s.ok()) {
-    return ConfigError(std::string(s.message()));
-  }
+  auto shape = ValidateAndResolve(*config);
+  if (!shape.ok()) return ConfigError(std::string(shape.status().message()));
   const bool is_server = server->parsed();
   const int count = is_server ? config->num_servers() : config->num_workers();
   if (rank < 0 || rank >= count) {
@@ -252,6 +257,6 @@ int main(int argc, char** argv) {
   }
   hetps::SetupLogging(config->log_level, (is_server ? "server " : "worker ") +
                                              std::to_string(rank));
-  return is_server ? hetps::RunServerRole(*config, rank)
-                   : hetps::RunWorkerRole(*config, rank);
+  return is_server ? hetps::RunServerRole(*config, *shape, rank)
+                   : hetps::RunWorkerRole(*config, *shape, rank);
 }

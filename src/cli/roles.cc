@@ -23,8 +23,8 @@
 #include "coord/coordinator.h"
 #include "hetps/version.h"
 #include "nlohmann/json.hpp"
+#include "node/server_node.h"
 #include "server/checkpoint.h"
-#include "server/server_node.h"
 #include "worker/trainer.h"
 
 namespace hetps {
@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-int RunServerRole(const JobConfig& config, int rank) {
+int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
   // Block the stop signals before gRPC starts its threads, so only sigwait
   // below sees them.
   sigset_t stop_signals;
@@ -44,7 +44,7 @@ int RunServerRole(const JobConfig& config, int rank) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   const std::string& endpoint = config.cluster.ps_endpoints.at(rank);
-  auto node = ServerNode::Start(config, rank, endpoint);
+  auto node = ServerNode::Start(config, rank, endpoint, shape);
   if (!node.ok()) {
     spdlog::error("{}", node.status().message());
     return kExitFailure;
@@ -76,8 +76,8 @@ int RunServerRole(const JobConfig& config, int rank) {
   return kExitOk;
 }
 
-int RunWorkerRole(const JobConfig& config, int rank) {
-  auto report = RunWorker(config, rank);
+int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank) {
+  auto report = RunWorker(config, shape, rank);
   if (!report.ok()) {
     spdlog::error("worker {} failed: {}", rank, report.status().ToString());
     return kExitFailure;

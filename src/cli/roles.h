@@ -1,14 +1,15 @@
 // The `hetps` subcommands. Each takes a validated JobConfig (the CLI turned
-// file, --set flags and environment into it) and returns the process exit
-// code.
+// file, --set flags and environment into it) and, where it trains or
+// serves, the JobShape resolved from it, and returns the process exit code.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "data/criteo_gen.h"
 #include "hetps.pb.h"
 #include "hetps/config.h"
+#include "model/criteo_gen.h"
+#include "model/job_shape.h"
 
 namespace hetps {
 
@@ -21,17 +22,17 @@ inline constexpr int kExitInterrupted = 130;
 inline constexpr const char* kListeningPrefix = "HETPS_LISTENING ";
 
 // Serves rank `rank` until SIGINT/SIGTERM, then shuts down gracefully.
-int RunServerRole(const JobConfig& config, int rank);
+int RunServerRole(const JobConfig& config, const JobShape& shape, int rank);
 
 // Trains as worker `rank`; prints its report line on stdout.
-int RunWorkerRole(const JobConfig& config, int rank);
+int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank);
 
 struct LaunchOptions {
-  std::string self_path;      // the hetps binary, for the children
-  std::string config_path;    // passed on to the children
+  std::string self_path;               // the hetps binary, for the children
+  std::string config_path;             // passed on to the children
   std::vector<std::string> overrides;  // --set assignments, passed on too
-  std::string summary_json;   // write the summary here when non-empty
-  bool live_status = true;    // print a status line every few seconds
+  std::string summary_json;            // write the summary here when non-empty
+  bool live_status = true;             // print a status line every few seconds
 };
 
 // Runs a whole job on this machine: servers first (once all listen), then

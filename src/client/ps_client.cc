@@ -16,7 +16,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/shard_map.h"
 #include "client/unique_keys.h"
 #include "common/bytes.h"
 #include "common/channel.h"
@@ -26,6 +25,7 @@
 #include "compress/error_feedback.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/version.h"
+#include "shard/shard_map.h"
 
 namespace hetps {
 namespace {
@@ -95,6 +95,9 @@ struct PsClient::Impl {
   std::optional<ShardMap> shard_map;
   absl::flat_hash_map<std::string, TableMeta> tables;
   std::atomic<uint64_t> clock{0};
+  // Residuals of lossy encodes (options.error_feedback). Pushes of one
+  // client are serialized by its caller (PsClient::Push's contract).
+  ErrorFeedback feedback;
 
   // Starts one RPC for `server`; must call `done` exactly once.
   using StartFn = std::function<void(uint32_t server, grpc::ClientContext*,
@@ -386,11 +389,13 @@ absl::Status PsClient::PullDense(const std::string& table,
 absl::Status PsClient::Push(std::span<const TableGrad> grads,
                             uint32_t batch_size, KeySet key_set,
                             PushEncoding* encoding) {
-  const CodecSpec* spec = encoding != nullptr && encoding->spec != nullptr &&
-                                  encoding->spec->kind != CodecKind::kNone
-                              ? encoding->spec
-                              : nullptr;
-  ErrorFeedback* feedback = spec != nullptr ? encoding->feedback : nullptr;
+  const CodecSpec* spec =
+      encoding != nullptr && encoding->spec.kind != CodecKind::kNone
+          ? &encoding->spec
+          : nullptr;
+  ErrorFeedback* feedback = spec != nullptr && impl_->options.error_feedback
+                                ? &impl_->feedback
+                                : nullptr;
   uint64_t raw_bytes = 0, raw_value_bytes = 0;
   uint64_t sent_bytes = 0, sent_value_bytes = 0;
   const ShardMap& map = *impl_->shard_map;
@@ -442,8 +447,9 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         }
         if (spec != nullptr) g->set_codec(static_cast<uint32_t>(spec->kind));
         sent_bytes += g->values().size();
-        sent_value_bytes += g->values().size() -
-                            (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
+        sent_value_bytes +=
+            g->values().size() -
+            (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
         has_content[s] = true;
       }
       continue;
@@ -503,8 +509,9 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         g->set_codec(static_cast<uint32_t>(spec->kind));
       }
       sent_bytes += g->keys().size() + g->values().size();
-      sent_value_bytes += g->values().size() -
-                          (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
+      sent_value_bytes +=
+          g->values().size() -
+          (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
       has_content[s] = true;
     }
   }

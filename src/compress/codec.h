@@ -76,31 +76,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hetps/codec.h"
 
 namespace hetps {
 
-// What a push's values are encoded with; travels on the wire as this byte.
-enum class CodecKind : uint8_t {
-  kNone = 0,
-  kFp16 = 1,
-  kInt8 = 2,
-  kSparseFp32 = 3,
-  kSparseFp16 = 4,
-  kSparseInt8 = 5,
-};
+// CodecKind and CodecSpec: include/hetps/codec.h (PsClient takes them).
 
 enum class PayloadLayout : uint8_t { kDense = 0, kRows = 1 };
-
-struct CodecSpec {
-  CodecKind kind = CodecKind::kNone;
-  // Sparse kinds: the fraction of entries (dense) or rows (row sets) kept by
-  // magnitude, in [0, 1]; 0 keeps every non-zero one. Ignored otherwise.
-  double keep_fraction = 0;
-  // int8 kinds: values per scale, across row boundaries for row sets; 0 =
-  // kDefaultDenseInt8Block (256), dense and row sets alike. Ignored
-  // otherwise.
-  uint32_t int8_block = 0;
-};
 
 inline constexpr uint8_t kPayloadMagic = 0xC5;
 inline constexpr uint8_t kPayloadVersion = 1;

@@ -6,29 +6,8 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
-#include "data/reader.h"
-#include "model/model.h"
 
 namespace hetps {
-
-absl::StatusOr<uint64_t> BytesPerSample(const JobConfig& config) {
-  absl::StatusOr<DataShape> shape = ShapeOf(config.train.data);
-  if (!shape.ok()) return shape.status();
-  uint64_t row_dim = 1;
-  if (config.train.model != "none") {
-    absl::StatusOr<std::unique_ptr<Model>> model =
-        Model::Create(config.train, shape->num_slots, shape->num_dense);
-    if (!model.ok()) return model.status();
-    row_dim = (*model)->row_dim();
-  }
-  const uint64_t hidden = std::accumulate(config.train.hidden.begin(),
-                                          config.train.hidden.end(), 0ull);
-  const uint64_t slots = static_cast<uint64_t>(shape->num_slots);
-  // keys (8 B), rows + row gradients + pooled slot vectors (3 floats per
-  // row float), dense features, activations + their gradients.
-  return slots * 8 + slots * row_dim * 3 * 4 + shape->num_dense * 4 +
-         (config.train.model == "deepfm" ? hidden * 2 * 4 : 0);
-}
 
 uint32_t MemoryCapBatch(double memory_mb, uint64_t bytes_per_sample) {
   if (memory_mb <= 0) return std::numeric_limits<uint32_t>::max();

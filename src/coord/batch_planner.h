@@ -26,12 +26,6 @@
 
 namespace hetps {
 
-// Memory one sample of a batch takes on a worker: its keys, pulled rows and
-// their gradients, dense features, and the MLP's activations and their
-// gradients. A rough model, shared by the planner's cap and the
-// DeviceProfile's emulated out-of-memory so that the two agree.
-absl::StatusOr<uint64_t> BytesPerSample(const JobConfig& config);
-
 // The largest batch `memory_mb` holds (0 memory = no cap).
 uint32_t MemoryCapBatch(double memory_mb, uint64_t bytes_per_sample);
 
@@ -49,6 +43,7 @@ struct WorkerPlan {
 
 class BatchPlanner {
  public:
+  // `bytes_per_sample`: JobShape::bytes_per_sample (0: no memory caps).
   BatchPlanner(const JobConfig& config, uint64_t bytes_per_sample);
 
   // Re-plans when needed (see above); returns true when the plan changed.

@@ -9,19 +9,14 @@
 #include "common/channel.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "config/table_schema.h"
 #include "hetps/version.h"
-#include "server/ps_server.h"
 
 namespace hetps {
 namespace {
 
 const char* KindName(rpc::TableKind kind) {
   return kind == rpc::TABLE_KIND_SPARSE ? "sparse" : "dense";
-}
-
-uint64_t SampleBytesOrZero(const JobConfig& config) {
-  absl::StatusOr<uint64_t> bytes = BytesPerSample(config);
-  return bytes.ok() ? *bytes : 0;
 }
 
 std::chrono::system_clock::time_point DeadlineIn(double seconds) {
@@ -39,7 +34,7 @@ uint32_t TrainChunks(const JobConfig& config) {
                                    : 16 * config.num_workers());
 }
 
-Coordinator::Coordinator(const JobConfig& config)
+Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample)
     : config_(config),
       shard_map_(
           ShardMap::Uniform(config.num_servers(), config.server.num_buckets)),
@@ -47,7 +42,7 @@ Coordinator::Coordinator(const JobConfig& config)
       chunks_(TrainChunks(config)),
       window_(config.semi_async,
               InitialWindow(config, ProfiledThroughputs(config))),
-      planner_(config_, SampleBytesOrZero(config)) {
+      planner_(config_, bytes_per_sample) {
   for (const std::string& endpoint : config_.cluster.ps_endpoints) {
     servers_.push_back(rpc::ParameterServer::NewStub(MakeChannel(
         endpoint, config_.server.max_message_bytes, config_.credentials)));
@@ -167,12 +162,12 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
         ++epoch_;
         rejoined = true;
       }
-      spdlog::info("worker {} registered{}", request->rank(),
-                   w.incarnation > 1
-                       ? absl::StrCat(" again (incarnation ", w.incarnation,
-                                      rejoined ? ", rejoined the live set)"
-                                               : ")")
-                       : "");
+      spdlog::info(
+          "worker {} registered{}", request->rank(),
+          w.incarnation > 1
+              ? absl::StrCat(" again (incarnation ", w.incarnation,
+                             rejoined ? ", rejoined the live set)" : ")")
+              : "");
     }
     response->set_epoch(epoch_);
   }

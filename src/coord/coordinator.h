@@ -46,11 +46,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/shard_map.h"
 #include "coord/batch_planner.h"
 #include "coord/window_controller.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
+#include "shard/shard_map.h"
 
 namespace hetps {
 
@@ -60,8 +60,10 @@ uint32_t TrainChunks(const JobConfig& config);
 
 class Coordinator final : public rpc::Coordinator::Service {
  public:
-  // `config` validated, with ps_endpoints filled in.
-  explicit Coordinator(const JobConfig& config);
+  // `config` validated, with ps_endpoints filled in. `bytes_per_sample`:
+  // JobShape::bytes_per_sample, what the planner caps batches by (0: no
+  // memory caps).
+  explicit Coordinator(const JobConfig& config, uint64_t bytes_per_sample = 0);
   ~Coordinator() override;
 
   // Starts the liveness watcher.

@@ -69,6 +69,12 @@ class DeepFmModel final : public Model {
   const char* name() const override { return "deepfm"; }
   uint64_t row_dim() const override { return 1 + static_cast<uint64_t>(k_); }
   uint64_t dense_size() const override { return dense_size_; }
+  uint64_t activation_floats() const override {
+    // Each hidden layer's activations and their gradients.
+    uint64_t hidden = 0;
+    for (size_t l = 1; l + 1 < widths_.size(); ++l) hidden += widths_[l];
+    return 2 * hidden;
+  }
 
   std::vector<TableConfig> Tables() const override {
     // One scale has to serve the whole table (InitialValue draws every

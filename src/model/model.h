@@ -54,6 +54,9 @@ class Model {
   virtual const char* name() const = 0;
   virtual uint64_t row_dim() const = 0;
   virtual uint64_t dense_size() const = 0;
+  // Floats of activations (and their gradients) one sample keeps during
+  // Train beyond its pooled slots: deepfm's hidden layers.
+  virtual uint64_t activation_floats() const { return 0; }
 
   // The two tables with their configured optimizers and initialisers; table
   // names are the model's (e.g. "deepfm_emb", "deepfm_dense").
@@ -75,14 +78,4 @@ class Model {
 
 }  // namespace hetps
 
-namespace hetps {
 
-// Gives a job its tables: for a built-in model, the model's two tables
-// (shaped by ShapeOf(train.data)) when `tables` is empty, or a check that a
-// listed set contains them with the right kind and dim (extra tables are
-// allowed). train.model "none" (the caller drives PsClient itself) needs a
-// non-empty list. INVALID_ARGUMENT names the field. Call after
-// ValidateJobConfig, on every node, before any table is built.
-absl::Status ResolveModelTables(JobConfig& config);
-
-}  // namespace hetps

@@ -18,7 +18,6 @@
 #include "absl/strings/str_format.h"
 #include "common/file.h"
 #include "common/logging.h"
-#include "coord/coordinator.h"
 #include "server/ps_server.h"
 
 namespace hetps {
@@ -531,12 +530,12 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
 // Checkpointer.
 
 Checkpointer::Checkpointer(const JobConfig& config, uint32_t rank,
-                           PsServer* server, Coordinator* coordinator)
+                           PsServer* server, JobProgressHooks progress)
     : config_(config),
       rank_(rank),
       server_dir_(ServerCheckpointDir(config.checkpoint.dir, rank)),
       server_(server),
-      coordinator_(coordinator) {
+      progress_(std::move(progress)) {
   const auto found = ListCheckpoints(server_dir_);
   if (!found.empty()) next_seq_ = found.front().first + 1;
 }
@@ -602,9 +601,8 @@ absl::StatusOr<std::string> Checkpointer::SaveLocked(uint64_t applied) {
     if (!written.ok()) return written;
     tables.push_back(std::move(entry));
   }
-  if (coordinator_ != nullptr) {
-    const std::string progress =
-        coordinator_->SaveProgress().SerializeAsString();
+  if (progress_.save) {
+    const std::string progress = progress_.save().SerializeAsString();
     absl::Status written = (*writer)->AddFile(
         kProgressFile,
         [&](const auto& append) { append(progress.data(), progress.size()); });
@@ -707,7 +705,7 @@ absl::Status Checkpointer::Restore() {
       }
     }
   }
-  if (coordinator_ != nullptr && FileEntry(m, kProgressFile) != nullptr) {
+  if (progress_.restore && FileEntry(m, kProgressFile) != nullptr) {
     auto bytes = ReadCheckpointFile(*ckpt, kProgressFile);
     if (!bytes.ok()) return bytes.status();
     rpc::JobProgress progress;
@@ -715,7 +713,7 @@ absl::Status Checkpointer::Restore() {
       return absl::DataLossError(
           absl::StrCat(ckpt->path, "/", kProgressFile, ": unreadable"));
     }
-    coordinator_->RestoreProgress(progress);
+    progress_.restore(progress);
   }
   spdlog::info(
       "server {}: restored {} (saved at round {}); updates applied after it "

@@ -24,13 +24,20 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hetps.pb.h"
 #include "hetps/config.h"
 #include "nlohmann/json.hpp"
 
 namespace hetps {
 
-class Coordinator;
 class PsServer;
+
+// What rank 0 keeps beside its tables: the coordinator's data progress. The
+// node that runs both wires them; other ranks leave both empty.
+struct JobProgressHooks {
+  std::function<rpc::JobProgress()> save;
+  std::function<void(const rpc::JobProgress&)> restore;
+};
 
 inline constexpr const char* kCheckpointFormat = "hetps-checkpoint-1";
 inline constexpr const char* kManifestName = "MANIFEST.json";
@@ -97,13 +104,14 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
                                            const std::string& out_dir);
 
 // Saves and restores one server: its PsServer's tables (and, on rank 0,
-// the coordinator's progress), every `checkpoint.every_rounds` applied
-// rounds from a background thread and whenever Save is called.
+// the coordinator's data progress through JobProgressHooks), every
+// `checkpoint.every_rounds` applied rounds from a background thread and
+// whenever Save is called.
 class Checkpointer {
  public:
-  // `coordinator` may be null (ranks other than 0).
+  // `progress`: rank 0's hooks to the coordinator's data progress.
   Checkpointer(const JobConfig& config, uint32_t rank, PsServer* server,
-               Coordinator* coordinator);
+               JobProgressHooks progress = {});
   ~Checkpointer();
 
   // With checkpoint.resume: loads the newest checkpoint that verifies.
@@ -125,9 +133,9 @@ class Checkpointer {
   const uint32_t rank_;
   const std::string server_dir_;
   PsServer* const server_;
-  Coordinator* const coordinator_;
+  const JobProgressHooks progress_;
 
-  std::mutex mu_;  // one save at a time
+  std::mutex mu_;          // one save at a time
   uint64_t next_seq_ = 1;  // guarded by mu_
 
   std::mutex stop_mu_;

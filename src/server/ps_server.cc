@@ -11,7 +11,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "compress/codec.h"
-#include "coord/window_controller.h"
+#include "config/table_schema.h"
 #include "hetps/ps_client.h"
 #include "hetps/version.h"
 
@@ -53,16 +53,8 @@ absl::Time PullDeadline(grpc::ServerContext* context, double timeout_s) {
 
 }  // namespace
 
-void ToSchemaProto(const TableConfig& table, rpc::TableSchema* schema) {
-  schema->set_name(table.name);
-  schema->set_kind(table.kind == TableKind::kSparse ? rpc::TABLE_KIND_SPARSE
-                                                    : rpc::TABLE_KIND_DENSE);
-  schema->set_dim(table.dim);
-  schema->set_optimizer(table.optimizer.type);
-}
-
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
-    const JobConfig& config, uint32_t rank) {
+    const JobConfig& config, uint32_t rank, uint32_t semi_async_window) {
   const uint32_t servers = static_cast<uint32_t>(config.num_servers());
   if (rank >= servers) {
     return absl::InvalidArgumentError(
@@ -71,7 +63,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
   }
   SemiAsyncOptions semi_async;
   semi_async.config = config.semi_async;
-  semi_async.window = InitialWindow(config, ProfiledThroughputs(config));
+  semi_async.window = semi_async_window;
   semi_async.job_batch = static_cast<uint64_t>(config.train.batch_size) *
                          static_cast<uint64_t>(config.num_workers());
   auto aggregator = Aggregator::Create(

@@ -21,10 +21,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "client/shard_map.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 #include "server/aggregator.h"
+#include "shard/shard_map.h"
 #include "table/dense_table.h"
 #include "table/sparse_table.h"
 
@@ -33,8 +33,10 @@ namespace hetps {
 class PsServer final : public rpc::ParameterServer::Service {
  public:
   // `config` must be validated; `rank` < config.num_servers().
+  // `semi_async_window`: the window semi_async starts with (the server node
+  // passes the coordinator's initial window; it sends changes later).
   static absl::StatusOr<std::unique_ptr<PsServer>> Create(
-      const JobConfig& config, uint32_t rank);
+      const JobConfig& config, uint32_t rank, uint32_t semi_async_window = 2);
 
   grpc::Status PullSparse(grpc::ServerContext* context,
                           const rpc::PullSparseRequest* request,
@@ -111,8 +113,5 @@ class PsServer final : public rpc::ParameterServer::Service {
   std::mutex incarnations_mu_;
   absl::flat_hash_map<uint32_t, Incarnation> incarnations_;  // by worker
 };
-
-// Builds the protobuf schema of a configured table.
-void ToSchemaProto(const TableConfig& table, rpc::TableSchema* schema);
 
 }  // namespace hetps

@@ -88,17 +88,13 @@ PushCodec::PushCodec(const JobConfig& config, CodecSpec fixed, bool adaptive,
 
 PushEncoding* PushCodec::Prepare(std::span<const GradientShape> parts,
                                  double compute_s) {
+  encoding_ = PushEncoding{.spec = fixed_};
   if (adaptive_) {
     const CodecDecision& d = chooser_.Choose(compute_s, parts);
-    spec_ = d.spec;
+    encoding_.spec = d.spec;
     reason_ = d.reason;
-  } else {
-    spec_ = fixed_;
   }
-  codec_ = CodecName(spec_.kind);
-  encoding_ =
-      PushEncoding{.spec = &spec_,
-                   .feedback = config_.error_feedback ? &feedback_ : nullptr};
+  codec_ = CodecName(encoding_.spec.kind);
   return &encoding_;
 }
 

@@ -6,9 +6,11 @@
 //    AdaptiveCodec per push, from the link's bandwidth (the emulated
 //    bandwidth_mbps of the worker's device profile, else measured from its
 //    own pushes) and the batch's compute time.
-//  - Error feedback (compress.error_feedback) keeps each lossy encode's
-//    residual; ErrorFeedbackLimits bounds it (rows not pushed again within
-//    64 encodes of their table are dropped, at most 2^20 rows per table).
+//  - Error feedback (compress.error_feedback) is the PsClient's
+//    (PsClientOptions::error_feedback): it keeps each lossy encode's
+//    residual, bounded by ErrorFeedbackLimits' defaults (rows not pushed
+//    again within 64 encodes of their table are dropped, at most 2^20 rows
+//    per table).
 //  - Over-compression: with compress.reference_summary (the summary JSON of
 //    the same job without compression), the worker compares its smoothed
 //    loss at step s with the reference's at s / overcompression_ratio; when
@@ -28,7 +30,6 @@
 #include "absl/status/statusor.h"
 #include "compress/adaptive.h"
 #include "compress/codec.h"
-#include "compress/error_feedback.h"
 #include "hetps/config.h"
 #include "hetps/ps_client.h"
 
@@ -71,8 +72,6 @@ class PushCodec {
   const CodecSpec fixed_;
   const bool adaptive_;
   AdaptiveCodec chooser_;
-  ErrorFeedback feedback_;
-  CodecSpec spec_;
   PushEncoding encoding_;
   uint64_t raw_bytes_ = 0;
   uint64_t sent_bytes_ = 0;

@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "client/unique_keys.h"
 #include "common/logging.h"
-#include "coord/batch_planner.h"
 #include "coord/coordinator.h"
 #include "data/reader.h"
 #include "hetps/ps_client.h"
@@ -210,6 +209,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
   // Sync rounds and the semi_async clocks need every server to see every
   // push, even one without keys of its own.
   options.push_to_all_servers = config.mode != ConsistencyMode::kAsync;
+  options.error_feedback = config.compress.error_feedback;
   return PsClient::Connect(options);
 }
 
@@ -285,18 +285,16 @@ class PeriodicEvaluator {
 
 }  // namespace
 
-absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
+absl::StatusOr<TrainReport> RunWorker(const JobConfig& config,
+                                      const JobShape& shape, uint32_t rank) {
   if (config.train.model == "none") {
     return absl::UnimplementedError(
         "train.model: 'none' has no built-in trainer (drive the PsClient API "
         "instead)");
   }
-  auto shape = ShapeOf(config.train.data);
-  if (!shape.ok()) return shape.status();
-  auto model = Model::Create(config.train, shape->num_slots, shape->num_dense);
+  auto model =
+      Model::Create(config.train, shape.data.num_slots, shape.data.num_dense);
   if (!model.ok()) return model.status();
-  auto sample_bytes = BytesPerSample(config);
-  if (!sample_bytes.ok()) return sample_bytes.status();
   const uint32_t chunks = TrainChunks(config);
   auto train = OpenReader(config.train.data, Split::kTrain, 0, chunks);
   if (!train.ok()) return train.status();
@@ -323,11 +321,12 @@ absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank) {
   if (auto s = coordinator.Barrier("start"); !s.ok()) return s;
 
   const auto start = Clock::now();
-  const DeviceProfile device(config.ProfileOf(rank), *sample_bytes, start);
+  const DeviceProfile device(config.ProfileOf(rank), shape.bytes_per_sample,
+                             start);
   Worker worker(**model, **client, device);
   spdlog::info("training {} on {} ({} slots, {} dense); {}", config.train.model,
-               config.train.data.format, shape->num_slots, shape->num_dense,
-               device.Describe());
+               config.train.data.format, shape.data.num_slots,
+               shape.data.num_dense, device.Describe());
   PeriodicEvaluator periodic(config, **model, start);
   if (rank == 0 && config.train.eval_every_s > 0) {
     if (auto s = periodic.Start(); !s.ok()) return s;

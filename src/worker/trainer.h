@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "hetps/config.h"
+#include "model/job_shape.h"
 
 namespace hetps {
 
@@ -43,13 +44,13 @@ struct TrainReport {
   double last_loss = 0;      // mean logloss of the last 50 batches
   uint64_t malformed_records = 0;
   uint64_t pushes = 0;
-  uint64_t chunks = 0;       // chunks of the train split it trained on
-  double busy_fraction = 0;  // time outside pulls / train_s
-  bool emulated = false;     // ran under a DeviceProfile
-  std::string device;        // DeviceProfile::Describe()
-  uint64_t raw_bytes = 0;    // gradient payloads as fp32
-  uint64_t sent_bytes = 0;   // as sent (compress.codec)
-  uint64_t raw_value_bytes = 0;   // the same without keys and headers
+  uint64_t chunks = 0;           // chunks of the train split it trained on
+  double busy_fraction = 0;      // time outside pulls / train_s
+  bool emulated = false;         // ran under a DeviceProfile
+  std::string device;            // DeviceProfile::Describe()
+  uint64_t raw_bytes = 0;        // gradient payloads as fp32
+  uint64_t sent_bytes = 0;       // as sent (compress.codec)
+  uint64_t raw_value_bytes = 0;  // the same without keys and headers
   uint64_t sent_value_bytes = 0;
   std::vector<std::pair<std::string, uint64_t>> sent_by_codec;
   // (step, mean loss of the last 50 batches) every 20 steps.
@@ -61,8 +62,10 @@ struct TrainReport {
   std::optional<double> test_logloss;
 };
 
-// `config` validated, tables resolved, cluster.ps_endpoints filled in.
-absl::StatusOr<TrainReport> RunWorker(const JobConfig& config, uint32_t rank);
+// `config` validated and resolved into `shape` (ResolveJob), with
+// cluster.ps_endpoints filled in.
+absl::StatusOr<TrainReport> RunWorker(const JobConfig& config,
+                                      const JobShape& shape, uint32_t rank);
 
 // One-line JSON of a report (the launcher gathers these).
 std::string ReportToJson(const TrainReport& report);

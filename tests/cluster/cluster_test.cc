@@ -250,7 +250,7 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
   config->checkpoint.resume = true;
   auto saved = PsServer::Create(*config, 1);
   ASSERT_TRUE(saved.ok());
-  ASSERT_TRUE(Checkpointer(*config, 1, saved->get(), nullptr).Restore().ok());
+  ASSERT_TRUE(Checkpointer(*config, 1, saved->get()).Restore().ok());
 
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   std::vector<std::string> again = server_args(1);

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "data/criteo_gen.h"
+#include "model/criteo_gen.h"
 #include "nlohmann/json.hpp"
 #include "support/test_support.h"
 

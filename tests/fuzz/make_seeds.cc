@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/shard_map.h"
+#include "shard/shard_map.h"
 #include "common/bytes.h"
 #include "compress/codec.h"
 #include "hetps/version.h"

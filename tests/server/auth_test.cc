@@ -12,7 +12,7 @@
 #include "common/channel.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/version.h"
-#include "server/server_node.h"
+#include "node/server_node.h"
 #include "support/test_support.h"
 
 namespace hetps {

@@ -96,7 +96,7 @@ std::unique_ptr<PsServer> NewServer(const JobConfig& config) {
 absl::StatusOr<Contents> Resume(JobConfig config) {
   config.checkpoint.resume = true;
   auto ps = NewServer(config);
-  Checkpointer checkpointer(config, 0, ps.get(), nullptr);
+  Checkpointer checkpointer(config, 0, ps.get());
   if (absl::Status s = checkpointer.Restore(); !s.ok()) return s;
   return Read(*ps);
 }
@@ -107,7 +107,7 @@ class CheckpointTest : public ::testing::Test {
   void SetUp() override {
     config_ = CheckpointJob(dir_.path());
     auto ps = NewServer(config_);
-    Checkpointer checkpointer(config_, 0, ps.get(), nullptr);
+    Checkpointer checkpointer(config_, 0, ps.get());
     for (int step = 0; step < 3; ++step) Train(*ps, step);
     auto first = checkpointer.Save();
     ASSERT_TRUE(first.ok()) << first.status();
@@ -148,7 +148,7 @@ TEST_F(CheckpointTest, RestoresWeightsStateAndCountsExactly) {
   JobConfig resume = config_;
   resume.checkpoint.resume = true;
   auto resumed = NewServer(resume);
-  Checkpointer checkpointer(resume, 0, resumed.get(), nullptr);
+  Checkpointer checkpointer(resume, 0, resumed.get());
   ASSERT_TRUE(checkpointer.Restore().ok());
   for (int step = 6; step < 8; ++step) Train(*resumed, step);
   EXPECT_TRUE(Read(*resumed) == Read(*original));
@@ -265,7 +265,7 @@ TEST_F(CheckpointTest, OnlyTheNewestKeepArePruned) {
   JobConfig config = config_;
   config.checkpoint.keep = 2;
   auto ps = NewServer(config);
-  Checkpointer checkpointer(config, 0, ps.get(), nullptr);
+  Checkpointer checkpointer(config, 0, ps.get());
   auto third = checkpointer.Save();
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_THAT(*third, HasSubstr("ckpt-00000003"));
@@ -311,6 +311,11 @@ TEST_F(CheckpointTest, ExportWritesSortedRowsAndTheDenseArray) {
   EXPECT_EQ(values, at_second_.dense.weights);
 }
 
+JobProgressHooks ProgressOf(Coordinator& c) {
+  return {.save = [&c] { return c.SaveProgress(); },
+          .restore = [&c](const rpc::JobProgress& p) { c.RestoreProgress(p); }};
+}
+
 TEST(CheckpointProgressTest, CoordinatorProgressComesBack) {
   TempDir dir;
   JobConfig config = CheckpointJob(dir.path());
@@ -328,13 +333,13 @@ TEST(CheckpointProgressTest, CoordinatorProgressComesBack) {
     ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &response).ok());
   }
   // Rank 0 finished chunk 0 (10 samples), holds chunk 2; rank 1 holds 1.
-  Checkpointer checkpointer(config, 0, ps.get(), &coordinator);
+  Checkpointer checkpointer(config, 0, ps.get(), ProgressOf(coordinator));
   ASSERT_TRUE(checkpointer.Save().ok());
 
   config.checkpoint.resume = true;
   auto restarted_ps = NewServer(config);
   Coordinator restarted(config);
-  Checkpointer restore(config, 0, restarted_ps.get(), &restarted);
+  Checkpointer restore(config, 0, restarted_ps.get(), ProgressOf(restarted));
   ASSERT_TRUE(restore.Restore().ok());
   const rpc::JobProgress progress = restarted.SaveProgress();
   EXPECT_EQ(progress.chunks_given(), 3u);

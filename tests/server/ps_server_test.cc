@@ -12,10 +12,11 @@
 #include "common/bytes.h"
 #include "common/channel.h"
 #include "compress/codec.h"
+#include "config/table_schema.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/ps_client.h"
 #include "hetps/version.h"
-#include "server/server_node.h"
+#include "node/server_node.h"
 #include "support/test_support.h"
 
 namespace hetps {

@@ -1,4 +1,4 @@
-#include "data/criteo_gen.h"
+#include "model/criteo_gen.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,16 +1,20 @@
-// ServerNode: one running server process's gRPC endpoint — the
-// ParameterServer service of its rank, plus the Coordinator on rank 0.
+// ServerNode: one running server process — the ParameterServer service of
+// its rank, the Coordinator on rank 0, the Checkpointer, behind one gRPC
+// endpoint. It sits above server/ and coord/, which do not know each other:
+// it gives the PsServer the coordinator's initial window and the
+// Checkpointer the coordinator's data progress.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "coord/coordinator.h"
 #include "hetps/config.h"
+#include "model/job_shape.h"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
 
@@ -24,9 +28,11 @@ class ServerNode {
   // UNAVAILABLE when the address cannot be bound. With checkpoint.resume
   // the tables (and rank 0's data progress) come from the newest checkpoint
   // that verifies; its error when none does (docs/CHECKPOINTS.md).
+  // `shape` (ResolveJob) sizes the planner's memory caps; the default caps
+  // nothing.
   static absl::StatusOr<std::unique_ptr<ServerNode>> Start(
-      const JobConfig& config, uint32_t rank,
-      const std::string& listen_address);
+      const JobConfig& config, uint32_t rank, const std::string& listen_address,
+      const JobShape& shape = {});
   ~ServerNode();
 
   int port() const { return port_; }

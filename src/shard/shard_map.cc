@@ -1,4 +1,4 @@
-#include "client/shard_map.h"
+#include "shard/shard_map.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,18 +1,21 @@
-#include "server/server_node.h"
+#include "node/server_node.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/logging.h"
+#include "coord/window_controller.h"
 #include "hetps/version.h"
 
 namespace hetps {
 
 absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
-    const JobConfig& config, uint32_t rank, const std::string& listen_address) {
+    const JobConfig& config, uint32_t rank, const std::string& listen_address,
+    const JobShape& shape) {
   std::unique_ptr<ServerNode> node(new ServerNode());
-  auto ps = PsServer::Create(config, rank);
+  auto ps = PsServer::Create(
+      config, rank, InitialWindow(config, ProfiledThroughputs(config)));
   if (!ps.ok()) return ps.status();
   node->ps_ = std::move(*ps);
   grpc::ServerBuilder builder;
@@ -21,20 +24,27 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
                          &node->port_);
   builder.RegisterService(node->ps_.get());
   if (rank == 0) {
-    node->coordinator_ = std::make_unique<Coordinator>(config);
+    node->coordinator_ =
+        std::make_unique<Coordinator>(config, shape.bytes_per_sample);
     builder.RegisterService(node->coordinator_.get());
   }
   if (!config.checkpoint.dir.empty()) {
-    node->checkpointer_ = std::make_unique<Checkpointer>(
-        config, rank, node->ps_.get(), node->coordinator_.get());
-    if (absl::Status s = node->checkpointer_->Restore(); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("server ", rank,
-                                                 ": cannot resume: ",
-                                                 s.message()));
+    JobProgressHooks progress;
+    if (Coordinator* c = node->coordinator_.get()) {
+      progress.save = [c] { return c->SaveProgress(); };
+      progress.restore = [c](const rpc::JobProgress& p) {
+        c->RestoreProgress(p);
+      };
     }
-    node->ps_->SetSaveHandler([c = node->checkpointer_.get()] {
-      return c->Save();
-    });
+    node->checkpointer_ = std::make_unique<Checkpointer>(
+        config, rank, node->ps_.get(), std::move(progress));
+    if (absl::Status s = node->checkpointer_->Restore(); !s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("server ", rank, ": cannot resume: ", s.message()));
+    }
+    node->ps_->SetSaveHandler(
+        [c = node->checkpointer_.get()] { return c->Save(); });
   }
   node->server_ = builder.BuildAndStart();
   if (node->server_ == nullptr || node->port_ == 0) {
@@ -47,9 +57,8 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
   if (node->coordinator_) node->coordinator_->Start();
   if (node->checkpointer_) node->checkpointer_->Start();
   if (config.checkpoint.resume && rank != 0) {
-    node->membership_ = std::thread([n = node.get(), config] {
-      n->FetchMembership(config);
-    });
+    node->membership_ =
+        std::thread([n = node.get(), config] { n->FetchMembership(config); });
   }
   spdlog::info("server {} serving {} tables in {} mode{}", rank,
                config.tables.size(), ConsistencyModeName(config.mode),
@@ -77,9 +86,10 @@ void ServerNode::FetchMembership(const JobConfig& config) {
       QueryStatus(config.cluster.ps_endpoints.at(0),
                   config.client.connect_deadline_s, config.credentials);
   if (!status.ok()) {
-    spdlog::warn("server {}: no live set from the coordinator ({}); all "
-                 "workers count as live until the next change",
-                 ps_->rank(), status.status().message());
+    spdlog::warn(
+        "server {}: no live set from the coordinator ({}); all "
+        "workers count as live until the next change",
+        ps_->rank(), status.status().message());
     return;
   }
   std::vector<uint32_t> live;

@@ -1,0 +1,2 @@
+// The coordinator talks to servers over the wire only.
+#include "server/ps_server.h"

@@ -1,0 +1,2 @@
+// Readers do not know the models that consume their batches.
+#include "model/model.h"

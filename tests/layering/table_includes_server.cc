@@ -1,0 +1,2 @@
+// Tables know nothing of the server that holds them.
+#include "server/ps_server.h"
