@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
       }
     }
     while (listening < servers) {
-      if (auto exit = group.WaitAny(std::chrono::milliseconds(20))) {
+      if (auto exit = group.WaitAny(absl::Milliseconds(20))) {
         std::fprintf(stderr, "%s exited early\n", exit->label.c_str());
         return 1;
       }
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
       }
     }
     clients.clear();
-    group.StopAll(std::chrono::seconds(5));
+    group.StopAll(absl::Seconds(5));
     std::remove(config_path.c_str());
   }
   nlohmann::json doc = {

@@ -109,6 +109,9 @@ class PsClient {
   const std::vector<std::string>& endpoints() const;
 
  private:
+  // src/client/ps_client_factory.h: builds clients on an injected clock
+  // and transport (the tests' fakes).
+  friend class PsClientFactory;
   struct Impl;
   explicit PsClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

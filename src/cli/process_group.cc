@@ -23,7 +23,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
+#include <mutex>  // std::call_once
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -152,14 +152,14 @@ struct ProcessGroup::Child {
   pid_t pid = -1;
 };
 
-ProcessGroup::ProcessGroup(LineCallback on_line)
-    : on_line_(std::move(on_line)) {
+ProcessGroup::ProcessGroup(LineCallback on_line, Clock& clock)
+    : on_line_(std::move(on_line)), clock_(clock) {
   static std::once_flag installed;
   std::call_once(installed, &InstallInterruptHandlers);
 }
 
 ProcessGroup::~ProcessGroup() {
-  StopAll(std::chrono::seconds(5));
+  StopAll(absl::Seconds(5));
   for (std::thread& pump : pumps_) pump.join();
 }
 
@@ -256,7 +256,7 @@ absl::StatusOr<pid_t> ProcessGroup::Spawn(
   }
 
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto child = std::make_unique<Child>();
     child->label = label;
     child->pid = pid;
@@ -271,7 +271,7 @@ void ProcessGroup::Pump(int fd, std::string label) {
   std::string pending;
   auto emit = [&](std::string line) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       std::fwrite(prefix.data(), 1, prefix.size(), stdout);
       std::fwrite(line.data(), 1, line.size(), stdout);
       std::fputc('\n', stdout);
@@ -302,12 +302,11 @@ void ProcessGroup::Pump(int fd, std::string label) {
   close(fd);
 }
 
-std::optional<ChildExit> ProcessGroup::WaitAny(
-    std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+std::optional<ChildExit> ProcessGroup::WaitAny(absl::Duration timeout) {
+  const absl::Time deadline = clock_.Now() + timeout;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (children_.empty()) return std::nullopt;  // nothing can exit
       // Only our own children: waitpid(-1) would steal exits from whoever
       // else in this process started one.
@@ -323,20 +322,18 @@ std::optional<ChildExit> ProcessGroup::WaitAny(
       }
     }
     if (interrupted()) return std::nullopt;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::nullopt;
-    WaitForInterrupt(
-        static_cast<int>(std::min<int64_t>(left.count(), kReapPollMs)));
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - clock_.Now());
+    if (left_ms <= 0) return std::nullopt;
+    WaitForInterrupt(static_cast<int>(std::min<int64_t>(left_ms, kReapPollMs)));
   }
 }
 
-std::vector<ChildExit> ProcessGroup::StopAll(std::chrono::milliseconds grace) {
+std::vector<ChildExit> ProcessGroup::StopAll(absl::Duration grace) {
   // mu_ is taken only around map access: the pumps need it to print, and a
   // child blocked on a full output pipe could not exit during the grace.
   std::vector<pid_t> pids;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& [pid, child] : children_) pids.push_back(pid);
   }
   for (pid_t pid : pids) SignalChild(pid, SIGTERM);
@@ -355,7 +352,7 @@ std::vector<ChildExit> ProcessGroup::StopAll(std::chrono::milliseconds grace) {
         continue;
       }
       kill(-*it, SIGKILL);  // stragglers in its group (see top)
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto child = children_.find(*it);
       if (got == *it && child != children_.end()) {
         exits.push_back(MakeExit(child->second->label, *it, wait_status));
@@ -364,10 +361,10 @@ std::vector<ChildExit> ProcessGroup::StopAll(std::chrono::milliseconds grace) {
       it = pids.erase(it);
     }
   };
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  const absl::Time deadline = clock_.Now() + grace;
   while (true) {
     reap(WNOHANG);
-    if (pids.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    if (pids.empty() || clock_.Now() >= deadline) break;
     // A plain sleep: a second Ctrl-C must not cut the grace short.
     poll(nullptr, 0, kReapPollMs);
   }
@@ -377,7 +374,7 @@ std::vector<ChildExit> ProcessGroup::StopAll(std::chrono::milliseconds grace) {
 }
 
 std::vector<std::string> ProcessGroup::RunningLabels() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::string> labels;
   for (const auto& [pid, child] : children_) labels.push_back(child->label);
   return labels;

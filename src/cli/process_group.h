@@ -14,7 +14,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -22,6 +21,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace hetps {
 
@@ -39,7 +41,9 @@ class ProcessGroup {
   using LineCallback =
       std::function<void(const std::string& label, const std::string& line)>;
 
-  explicit ProcessGroup(LineCallback on_line = nullptr);
+  // Deadlines of WaitAny and StopAll are on `clock`.
+  explicit ProcessGroup(LineCallback on_line = nullptr,
+                        Clock& clock = Clock::Real());
   // Stops (SIGTERM, then SIGKILL after the grace period) any child still
   // running and joins the output pumps.
   ~ProcessGroup();
@@ -55,11 +59,11 @@ class ProcessGroup {
   // Waits until any running child exits, or `timeout` passes (nullopt), or an
   // interrupt arrives (SIGINT/SIGTERM to this process; then returns nullopt
   // and interrupted() is true).
-  std::optional<ChildExit> WaitAny(std::chrono::milliseconds timeout);
+  std::optional<ChildExit> WaitAny(absl::Duration timeout);
 
   // Sends SIGTERM to every running child, waits up to `grace`, then SIGKILLs
   // the rest; returns the exits of the children it reaped.
-  std::vector<ChildExit> StopAll(std::chrono::milliseconds grace);
+  std::vector<ChildExit> StopAll(absl::Duration grace);
 
   // Children started and not yet reaped.
   std::vector<std::string> RunningLabels() const;
@@ -73,8 +77,9 @@ class ProcessGroup {
   void Pump(int fd, std::string label);
 
   LineCallback on_line_;
-  mutable std::mutex mu_;  // guards children_ and stdout writes
-  std::map<pid_t, std::unique_ptr<Child>> children_;
+  Clock& clock_;
+  mutable absl::Mutex mu_;  // guards children_ and stdout writes
+  std::map<pid_t, std::unique_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> pumps_;
 };
 

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -18,9 +17,11 @@
 #include "absl/strings/str_join.h"
 #include "cli/process_group.h"
 #include "common/channel.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/ports.h"
-#include "coord/coordinator.h"
+#include "common/proto_json.h"
+#include "coord/coordinator_client.h"
 #include "hetps/version.h"
 #include "nlohmann/json.hpp"
 #include "node/server_node.h"
@@ -28,11 +29,7 @@
 #include "worker/trainer.h"
 
 namespace hetps {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-}  // namespace
+namespace {}  // namespace
 
 int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
   // Block the stop signals before gRPC starts its threads, so only sigwait
@@ -62,16 +59,17 @@ int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
   // The server's own record of the consistency it kept.
   const AggregatorStats st = (*node)->ps().aggregator_stats();
   if (config.mode != ConsistencyMode::kSemiAsync) {
-    spdlog::info("aggregator: {} pushes, {} applies", st.pushes, st.applies);
+    spdlog::info("aggregator: {} pushes, {} applies", st.pushes(),
+                 st.applies());
   } else {
     spdlog::info(
         "aggregator: {} pushes, {} applies ({} by window, {} by all workers, "
         "{} by time), max staleness {}, pulls read ahead of the queue {}, "
         "pulls held by the bound {}, max pull lead {} clocks (window {}), "
         "bound violations {}",
-        st.pushes, st.applies, st.applies_by_window, st.applies_by_all,
-        st.applies_by_time, st.max_staleness, st.pulls_ahead, st.ssp_waits,
-        st.max_pull_lead, st.window, st.bound_violations);
+        st.pushes(), st.applies(), st.applies_by_window(), st.applies_by_all(),
+        st.applies_by_time(), st.max_staleness(), st.pulls_ahead(),
+        st.ssp_waits(), st.max_pull_lead(), st.window(), st.bound_violations());
   }
   return kExitOk;
 }
@@ -86,7 +84,7 @@ int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank) {
   return kExitOk;
 }
 
-constexpr auto kStatusEvery = std::chrono::seconds(3);
+constexpr absl::Duration kStatusEvery = absl::Seconds(3);
 
 // The compact status line `launch` prints while the job runs.
 void PrintLiveStatus(const JobConfig& config) {
@@ -98,7 +96,8 @@ void PrintLiveStatus(const JobConfig& config) {
 }
 
 int RunLaunch(JobConfig config, const LaunchOptions& options) {
-  const auto start = Clock::now();
+  Clock& clock = Clock::Real();
+  const absl::Time start = clock.Now();
   if (config.cluster.ps_endpoints.empty()) {
     auto ports = PickFreePorts(config.cluster.host, config.cluster.servers);
     if (!ports.ok()) {
@@ -117,8 +116,11 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
                absl::StrJoin(config.cluster.ps_endpoints, ","));
 
   std::atomic<int> listening{0};
-  std::mutex reports_mu;
-  std::map<int, nlohmann::json> reports;  // guarded by reports_mu
+  // Workers' report lines, by rank, as the output pumps see them.
+  struct Reports {
+    absl::Mutex mu;
+    std::map<int, nlohmann::json> by_rank ABSL_GUARDED_BY(mu);
+  } reports;
   ProcessGroup group([&](const std::string& label, const std::string& line) {
     if (absl::StartsWith(label, "server") &&
         absl::StartsWith(line, kListeningPrefix)) {
@@ -127,8 +129,8 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       auto j = nlohmann::json::parse(line.substr(strlen(kReportPrefix)),
                                      nullptr, /*allow_exceptions=*/false);
       if (j.is_object() && j.contains("rank")) {
-        std::lock_guard<std::mutex> lock(reports_mu);
-        reports[j["rank"].get<int>()] = j;
+        absl::MutexLock lock(&reports.mu);
+        reports.by_rank[j["rank"].get<int>()] = j;
       }
     }
   });
@@ -148,7 +150,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   };
   auto fail = [&](const std::string& why) {
     spdlog::error("{}; stopping the job", why);
-    group.StopAll(std::chrono::seconds(5));
+    group.StopAll(absl::Seconds(5));
     return ProcessGroup::interrupted() ? kExitInterrupted : kExitFailure;
   };
 
@@ -157,15 +159,15 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     if (!pid.ok()) return fail(std::string(pid.status().message()));
   }
   // Servers first: workers start once every server listens.
-  const auto ready_deadline =
-      start + std::chrono::duration<double>(config.client.connect_deadline_s);
+  const absl::Time ready_deadline =
+      start + absl::Seconds(config.client.connect_deadline_s);
   while (listening < servers) {
-    if (auto exit = group.WaitAny(std::chrono::milliseconds(50))) {
+    if (auto exit = group.WaitAny(absl::Milliseconds(50))) {
       return fail(absl::StrCat(exit->label, " exited with code ",
                                exit->exit_code, " during start-up"));
     }
     if (ProcessGroup::interrupted()) return fail("interrupted");
-    if (Clock::now() > ready_deadline) {
+    if (clock.Now() > ready_deadline) {
       return fail("servers did not start listening in time");
     }
   }
@@ -178,12 +180,12 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   int server_restarts = 0;
   int worker_restarts = 0;
   std::vector<int> failed_workers;
-  auto last_status = Clock::now();
+  absl::Time last_status = clock.Now();
   while (finished < workers) {
-    auto exit = group.WaitAny(std::chrono::milliseconds(200));
+    auto exit = group.WaitAny(absl::Milliseconds(200));
     if (ProcessGroup::interrupted()) return fail("interrupted (Ctrl-C)");
-    if (options.live_status && Clock::now() - last_status > kStatusEvery) {
-      last_status = Clock::now();
+    if (options.live_status && clock.Now() - last_status > kStatusEvery) {
+      last_status = clock.Now();
       PrintLiveStatus(config);
     }
     if (!exit) continue;
@@ -244,15 +246,14 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   // The coordinator's count of the data trained, before the servers stop.
   const auto final_status =
       QueryStatus(config.cluster.ps_endpoints[0], 10.0, config.credentials);
-  for (const ChildExit& exit : group.StopAll(std::chrono::seconds(10))) {
+  for (const ChildExit& exit : group.StopAll(absl::Seconds(10))) {
     if (exit.exit_code != 0) {
       spdlog::error("{} exited with code {} at shutdown", exit.label,
                     exit.exit_code);
       return kExitFailure;
     }
   }
-  const double wall_s =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  const double wall_s = absl::ToDoubleSeconds(clock.Now() - start);
 
   // Summary: the job's throughput and rank 0's evaluation of the final model.
   nlohmann::json summary = {{"job", config.name},
@@ -263,11 +264,12 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   uint64_t samples = 0;
   double train_s = 0;
   {
-    std::lock_guard<std::mutex> lock(reports_mu);
-    if (static_cast<int>(reports.size() + failed_workers.size()) != workers ||
-        !reports.contains(0)) {
-      spdlog::error("only {} of {} workers reported results", reports.size(),
-                    workers);
+    absl::MutexLock lock(&reports.mu);
+    if (static_cast<int>(reports.by_rank.size() + failed_workers.size()) !=
+            workers ||
+        !reports.by_rank.contains(0)) {
+      spdlog::error("only {} of {} workers reported results",
+                    reports.by_rank.size(), workers);
       return kExitFailure;
     }
     uint64_t malformed = 0;
@@ -275,7 +277,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     uint64_t raw_bytes = 0, sent_bytes = 0;
     uint64_t raw_value_bytes = 0, sent_value_bytes = 0;
     nlohmann::json sent_by_codec = nlohmann::json::object();
-    for (auto& [rank, r] : reports) {
+    for (auto& [rank, r] : reports.by_rank) {
       raw_bytes += r.value("raw_bytes", uint64_t{0});
       sent_bytes += r.value("sent_bytes", uint64_t{0});
       raw_value_bytes += r.value("raw_value_bytes", uint64_t{0});
@@ -311,8 +313,9 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
             ? static_cast<double>(raw_value_bytes) / sent_value_bytes
             : 1.0;
     summary["loss_curve"] =
-        reports[0].value("loss_curve", nlohmann::json::array());
-    summary["warnings"] = reports[0].value("warnings", nlohmann::json::array());
+        reports.by_rank[0].value("loss_curve", nlohmann::json::array());
+    summary["warnings"] =
+        reports.by_rank[0].value("warnings", nlohmann::json::array());
     summary["failed_workers"] = failed_workers;
     summary["server_restarts"] = server_restarts;
     summary["worker_restarts"] = worker_restarts;
@@ -327,10 +330,10 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     summary["data"] = config.train.data.format;
     summary["samples"] = samples;
     summary["samples_per_s"] = train_s > 0 ? samples / train_s : 0.0;
-    if (reports[0].contains("test_auc")) {
-      summary["test_auc"] = reports[0]["test_auc"];
-      summary["test_logloss"] = reports[0]["test_logloss"];
-      summary["evals"] = reports[0]["evals"];
+    if (reports.by_rank[0].contains("test_auc")) {
+      summary["test_auc"] = reports.by_rank[0]["test_auc"];
+      summary["test_logloss"] = reports.by_rank[0]["test_logloss"];
+      summary["evals"] = reports.by_rank[0]["evals"];
     }
   }
   std::printf(
@@ -354,15 +357,15 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
 }
 
 int RunGenData(const CriteoGenConfig& config, const std::string& path) {
-  const auto start = Clock::now();
+  Clock& clock = Clock::Real();
+  const absl::Time start = clock.Now();
   auto report = GenerateCriteo(config, path);
   if (!report.ok()) {
     std::fprintf(stderr, "hetps gen-data: %s\n",
                  std::string(report.status().message()).c_str());
     return kExitFailure;
   }
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = absl::ToDoubleSeconds(clock.Now() - start);
   std::printf(
       "wrote %llu samples (%.1f%% positive) to %s in %.1f s\n"
       "teacher AUC %.4f: the best AUC any model can reach on this data\n",
@@ -378,63 +381,29 @@ int RunGenData(const CriteoGenConfig& config, const std::string& path) {
   return kExitOk;
 }
 
+// The status as JSON: every field of rpc::StatusResponse by its proto name
+// (ProtoToJson), each worker's progress and each server's aggregator
+// statistics lifted into the worker's or server's own object, and a few
+// values derived for reading: compression_ratio, table_rows, cpu_fraction.
 nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
-  nlohmann::json j = {{"epoch", status.epoch()},
-                      {"mode", status.mode()},
-                      {"window", status.window()},
-                      {"elapsed_s", status.elapsed_s()},
-                      {"window_changes", status.window_changes()},
-                      {"workers", nlohmann::json::array()},
-                      {"servers", nlohmann::json::array()}};
-  for (const rpc::WorkerStatus& w : status.workers()) {
-    j["workers"].push_back(
-        {{"rank", w.rank()},
-         {"live", w.live()},
-         {"emulated", w.emulated()},
-         {"step", w.step()},
-         {"clock", w.clock()},
-         {"samples", w.samples()},
-         {"samples_per_s", w.samples_per_s()},
-         {"compute_samples_per_s", w.compute_samples_per_s()},
-         {"busy_fraction", w.busy_fraction()},
-         {"batch_size", w.batch_size()},
-         {"push_freq", w.push_freq()},
-         {"staleness", w.staleness()},
-         {"chunks", w.chunks_done()},
-         {"codec", w.codec()},
-         {"codec_reason", w.codec_reason()},
-         {"raw_bytes", w.raw_bytes()},
-         {"sent_bytes", w.sent_bytes()},
-         {"compression_ratio",
-          w.sent_bytes() > 0
-              ? static_cast<double>(w.raw_bytes()) / w.sent_bytes()
-              : 1.0},
-         {"last_heartbeat_age_s", w.last_heartbeat_age_s()},
-         {"left_reason", w.left_reason()}});
+  nlohmann::json j = ProtoToJson(status);
+  for (nlohmann::json& w : j["workers"]) {
+    w.update(w["progress"]);
+    w.erase("progress");
+    const double sent = w["sent_bytes"].get<double>();
+    w["compression_ratio"] =
+        sent > 0 ? w["raw_bytes"].get<double>() / sent : 1.0;
   }
-  for (const rpc::ServerStatus& s : status.servers()) {
-    nlohmann::json tables = nlohmann::json::object();
-    for (const rpc::TableInfo& t : s.tables()) {
-      tables[t.schema().name()] = t.rows();
+  for (nlohmann::json& s : j["servers"]) {
+    nlohmann::json rows = nlohmann::json::object();
+    for (const nlohmann::json& t : s["tables"]) {
+      rows[t["schema"]["name"].get<std::string>()] = t["rows"];
     }
-    const rpc::AggregatorStats& st = s.stats();
-    j["servers"].push_back(
-        {{"rank", s.rank()},
-         {"endpoint", s.endpoint()},
-         {"reachable", s.reachable()},
-         {"applied_rounds", s.applied_rounds()},
-         {"table_rows", tables},
-         {"queue_length", st.queue_length()},
-         {"pushes", st.pushes()},
-         {"applies", st.applies()},
-         {"ssp_waits", st.ssp_waits()},
-         {"max_staleness", st.max_staleness()},
-         {"max_pull_lead", st.max_pull_lead()},
-         {"pulls_ahead", st.pulls_ahead()},
-         {"bound_violations", st.bound_violations()},
-         {"cpu_s", st.cpu_s()},
-         {"cpu_fraction",
-          status.elapsed_s() > 0 ? st.cpu_s() / status.elapsed_s() : 0.0}});
+    s["table_rows"] = std::move(rows);
+    s.update(s["stats"]);
+    s.erase("stats");
+    const double elapsed = status.elapsed_s();
+    s["cpu_fraction"] = elapsed > 0 ? s["cpu_s"].get<double>() / elapsed : 0.0;
   }
   return j;
 }
@@ -447,8 +416,8 @@ std::string FormatStatusLine(const rpc::StatusResponse& status) {
   for (const rpc::WorkerStatus& w : status.workers()) {
     if (!w.live()) continue;
     ++live;
-    samples_per_s += w.samples_per_s();
-    busy += w.busy_fraction();
+    samples_per_s += w.progress().samples_per_s();
+    busy += w.progress().busy_fraction();
     max_staleness = std::max(max_staleness, w.staleness());
   }
   uint64_t queued = 0;
@@ -478,16 +447,17 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
   }
   std::printf("%s\n", FormatStatusLine(*status).c_str());
   for (const rpc::WorkerStatus& w : status->workers()) {
+    const rpc::WorkerProgress& p = w.progress();
     std::printf(
         "worker %u  %-5s%s clock %llu  batch %u x%u  %.0f samples/s "
         "(%.0f when busy)  busy %.0f%%  staleness %llu  codec %s (%.1fx)  "
         "heartbeat %.1fs ago %s\n",
-        w.rank(), w.live() ? "live" : "gone", w.emulated() ? " (emulated)" : "",
-        static_cast<unsigned long long>(w.clock()), w.batch_size(),
-        w.push_freq(), w.samples_per_s(), w.compute_samples_per_s(),
-        100 * w.busy_fraction(), static_cast<unsigned long long>(w.staleness()),
-        w.codec().c_str(),
-        w.sent_bytes() > 0 ? static_cast<double>(w.raw_bytes()) / w.sent_bytes()
+        w.rank(), w.live() ? "live" : "gone", p.emulated() ? " (emulated)" : "",
+        static_cast<unsigned long long>(p.clock()), p.batch_size(),
+        p.push_freq(), p.samples_per_s(), p.compute_samples_per_s(),
+        100 * p.busy_fraction(), static_cast<unsigned long long>(w.staleness()),
+        p.codec().c_str(),
+        p.sent_bytes() > 0 ? static_cast<double>(p.raw_bytes()) / p.sent_bytes()
                            : 1.0,
         w.last_heartbeat_age_s(), w.left_reason().c_str());
   }
@@ -519,8 +489,7 @@ int RunSave(const std::string& coordinator_endpoint,
     auto stub = rpc::ParameterServer::NewStub(
         MakeChannel(server.endpoint(), 64 << 20, credentials));
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::minutes(10));
+    ctx.set_deadline(RpcDeadline(Clock::Real(), 600));
     rpc::SaveRequest request;
     request.set_protocol_version(kProtocolVersion);
     rpc::SaveResponse response;

@@ -4,21 +4,20 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "client/ps_client_factory.h"
 #include "client/unique_keys.h"
 #include "common/bytes.h"
 #include "common/channel.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "compress/codec.h"
@@ -30,12 +29,9 @@
 namespace hetps {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct ServerConn {
   std::string endpoint;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<rpc::ParameterServer::Stub> stub;
+  std::unique_ptr<rpc::ParameterServer::StubInterface> stub;
 };
 
 struct TableMeta {
@@ -48,18 +44,18 @@ class Latch {
  public:
   explicit Latch(size_t count) : count_(count) {}
   void CountDown() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--count_ == 0) cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    --count_;
   }
   void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return count_ == 0; });
+    absl::MutexLock lock(&mu_, absl::Condition(this, &Latch::Done));
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t count_;
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; }
+
+  absl::Mutex mu_;
+  size_t count_ ABSL_GUARDED_BY(mu_);
 };
 
 // Keys of one request split by owning server: positions[s] lists indexes
@@ -91,6 +87,7 @@ std::vector<std::vector<uint32_t>> PartitionByServer(
 
 struct PsClient::Impl {
   PsClientOptions options;
+  Clock* time = nullptr;  // retries, back-off and deadlines run on it
   std::vector<ServerConn> servers;
   std::optional<ShardMap> shard_map;
   absl::flat_hash_map<std::string, TableMeta> tables;
@@ -108,8 +105,9 @@ struct PsClient::Impl {
   // connect_deadline_s has passed since the first failure. Returns the
   // first other error, prefixed with the server and endpoint.
   absl::Status CallAll(std::vector<uint32_t> targets, const StartFn& start) {
-    double backoff = options.rpc.initial_backoff_s;
-    std::optional<Clock::time_point> failing_since;
+    absl::Duration backoff = absl::Seconds(options.rpc.initial_backoff_s);
+    const absl::Duration limit = absl::Seconds(options.rpc.connect_deadline_s);
+    std::optional<absl::Time> failing_since;
     while (true) {
       std::vector<grpc::Status> results(targets.size());
       std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
@@ -117,9 +115,7 @@ struct PsClient::Impl {
       for (size_t i = 0; i < targets.size(); ++i) {
         contexts.push_back(std::make_unique<grpc::ClientContext>());
         contexts.back()->set_deadline(
-            std::chrono::system_clock::now() +
-            std::chrono::milliseconds(
-                static_cast<int64_t>(options.rpc.rpc_timeout_s * 1000)));
+            RpcDeadline(*time, options.rpc.rpc_timeout_s));
         start(targets[i], contexts.back().get(),
               [&results, &latch, i](grpc::Status s) {
                 results[i] = std::move(s);
@@ -144,22 +140,21 @@ struct PsClient::Impl {
                          "): ", s.error_message()));
       }
       if (retry.empty()) return absl::OkStatus();
-      const auto now = Clock::now();
+      const absl::Time now = time->Now();
       if (!failing_since) failing_since = now;
-      const double waited =
-          std::chrono::duration<double>(now - *failing_since).count();
-      if (waited >= options.rpc.connect_deadline_s) {
+      const absl::Duration waited = now - *failing_since;
+      if (waited >= limit) {
         return absl::UnavailableError(absl::StrCat(
             "PS server ", retry.front(), " at ",
             servers[retry.front()].endpoint, " unreachable for ",
-            absl::StrFormat("%.1f", waited), " s (client.connect_deadline_s = ",
-            options.rpc.connect_deadline_s, "); last error: ", last_error));
+            absl::StrFormat("%.1f", absl::ToDoubleSeconds(waited)),
+            " s (client.connect_deadline_s = ", options.rpc.connect_deadline_s,
+            "); last error: ", last_error));
       }
-      spdlog::debug("{} server(s) unavailable ({}), retrying in {:.2f} s",
-                    retry.size(), last_error, backoff);
-      std::this_thread::sleep_for(std::chrono::duration<double>(
-          std::min(backoff, options.rpc.connect_deadline_s - waited)));
-      backoff = std::min(backoff * 2, options.rpc.max_backoff_s);
+      spdlog::debug("{} server(s) unavailable ({}), retrying in {}",
+                    retry.size(), last_error, absl::FormatDuration(backoff));
+      time->SleepFor(std::min(backoff, limit - waited));
+      backoff = std::min(backoff * 2, absl::Seconds(options.rpc.max_backoff_s));
       targets = std::move(retry);
     }
   }
@@ -232,18 +227,21 @@ struct PsClient::Impl {
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     const PsClientOptions& options) {
+  return PsClientFactory::Connect(
+      options, Clock::Real(),
+      GrpcParameterServerStubs(options.max_message_bytes, options.credentials));
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClientFactory::Connect(
+    const PsClientOptions& options, Clock& clock, ParameterServerStubs stubs) {
   if (options.endpoints.empty()) {
     return absl::InvalidArgumentError("PsClient: no server endpoints");
   }
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<PsClient::Impl>();
   impl->options = options;
+  impl->time = &clock;
   for (const std::string& endpoint : options.endpoints) {
-    ServerConn conn;
-    conn.endpoint = endpoint;
-    conn.channel =
-        MakeChannel(endpoint, options.max_message_bytes, options.credentials);
-    conn.stub = rpc::ParameterServer::NewStub(conn.channel);
-    impl->servers.push_back(std::move(conn));
+    impl->servers.push_back({.endpoint = endpoint, .stub = stubs(endpoint)});
   }
   if (auto s = impl->Handshake(); !s.ok()) return s;
   return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));

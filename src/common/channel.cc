@@ -201,4 +201,22 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder,
                            port);
 }
 
+ParameterServerStubs GrpcParameterServerStubs(uint64_t max_message_bytes,
+                                              const Credentials& credentials) {
+  return [max_message_bytes, credentials](const std::string& endpoint)
+             -> std::unique_ptr<rpc::ParameterServer::StubInterface> {
+    return rpc::ParameterServer::NewStub(
+        MakeChannel(endpoint, max_message_bytes, credentials));
+  };
+}
+
+CoordinatorStubs GrpcCoordinatorStubs(uint64_t max_message_bytes,
+                                      const Credentials& credentials) {
+  return [max_message_bytes, credentials](const std::string& endpoint)
+             -> std::unique_ptr<rpc::Coordinator::StubInterface> {
+    return rpc::Coordinator::NewStub(
+        MakeChannel(endpoint, max_message_bytes, credentials));
+  };
+}
+
 }  // namespace hetps

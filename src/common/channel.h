@@ -17,9 +17,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 
 namespace hetps {
@@ -36,6 +38,21 @@ inline constexpr char kAuthorizationHeader[] = "authorization";
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,
                                            uint64_t max_message_bytes,
                                            const Credentials& credentials);
+
+// Stubs by endpoint: the seam between hetps and gRPC. PsClient and the
+// coordinator take these factories; the real ones open a MakeChannel each,
+// tests hand in stubs that fail, drop or delay calls
+// (tests/support/faulty_stub.h) or gmock ones (hetps_mock.grpc.pb.h).
+using ParameterServerStubs =
+    std::function<std::unique_ptr<rpc::ParameterServer::StubInterface>(
+        const std::string& endpoint)>;
+using CoordinatorStubs =
+    std::function<std::unique_ptr<rpc::Coordinator::StubInterface>(
+        const std::string& endpoint)>;
+ParameterServerStubs GrpcParameterServerStubs(uint64_t max_message_bytes,
+                                              const Credentials& credentials);
+CoordinatorStubs GrpcCoordinatorStubs(uint64_t max_message_bytes,
+                                      const Credentials& credentials);
 
 // Server-side counterpart: listens on `listen_address` secured as
 // `credentials` say, sets the message limits, and disables SO_REUSEPORT so

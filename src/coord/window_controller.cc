@@ -52,6 +52,49 @@ uint32_t InitialWindow(const JobConfig& config,
   return Clamp(config.semi_async, sum / slowest);
 }
 
+WindowSignals SumSignals(
+    const std::vector<std::optional<rpc::TableInfoResponse>>& servers) {
+  WindowSignals total;
+  for (const auto& info : servers) {
+    if (!info) continue;
+    const rpc::AggregatorStats& st = info->stats();
+    total.pushes += st.pushes();
+    total.pushes_into_empty += st.pushes_into_empty();
+    total.pulls += st.pulls();
+    total.ssp_waits += st.ssp_waits();
+    total.ssp_wait_s += st.ssp_wait_seconds();
+    total.applies += st.applies();
+    total.applies_by_time += st.applies_by_time();
+  }
+  return total;
+}
+
+WindowSignals SignalsSince(const WindowSignals& total,
+                           const WindowSignals& last) {
+  if (total.pushes < last.pushes) return total;
+  return {.pushes = total.pushes - last.pushes,
+          .pushes_into_empty = total.pushes_into_empty - last.pushes_into_empty,
+          .pulls = total.pulls - last.pulls,
+          .ssp_waits = total.ssp_waits - last.ssp_waits,
+          .ssp_wait_s = total.ssp_wait_s - last.ssp_wait_s,
+          .worker_s = total.worker_s - last.worker_s,
+          .applies = total.applies - last.applies,
+          .applies_by_time = total.applies_by_time - last.applies_by_time};
+}
+
+std::map<uint32_t, uint64_t> LatestStaleness(
+    const std::vector<std::optional<rpc::TableInfoResponse>>& servers) {
+  std::map<uint32_t, uint64_t> staleness;
+  for (const auto& info : servers) {
+    if (!info) continue;
+    for (const rpc::WorkerClock& c : info->stats().clocks()) {
+      staleness[c.worker()] =
+          std::max(staleness[c.worker()], c.last_staleness());
+    }
+  }
+  return staleness;
+}
+
 WindowController::WindowController(const SemiAsyncConfig& config,
                                    uint32_t initial)
     : config_(config), window_(Clamp(config, initial)) {}

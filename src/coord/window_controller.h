@@ -25,10 +25,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "hetps.pb.h"
 #include "hetps/config.h"
 
 namespace hetps {
@@ -60,6 +62,22 @@ uint32_t InitialWindow(const JobConfig& config,
 // The throughputs known before training: the emulated profiles' (0 for a
 // worker without one).
 std::vector<double> ProfiledThroughputs(const JobConfig& config);
+
+// The servers' queue counters, summed over the servers that answered
+// (`servers[s]` empty: unreachable). worker_s is left 0.
+WindowSignals SumSignals(
+    const std::vector<std::optional<rpc::TableInfoResponse>>& servers);
+
+// The period between two sums: `total` − `last`, field by field; a server
+// that restarted counts from zero again, so when the pushes went down the
+// period is `total` itself.
+WindowSignals SignalsSince(const WindowSignals& total,
+                           const WindowSignals& last);
+
+// Per worker, the staleness of its latest push: the largest any server
+// reports.
+std::map<uint32_t, uint64_t> LatestStaleness(
+    const std::vector<std::optional<rpc::TableInfoResponse>>& servers);
 
 class WindowController {
  public:

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/logging.h"
+#include "coord/coordinator_client.h"
 #include "coord/window_controller.h"
 #include "hetps/version.h"
 
@@ -76,7 +77,7 @@ void ServerNode::Shutdown(absl::Duration grace) {
   if (checkpointer_) checkpointer_->Stop();
   if (membership_.joinable()) membership_.join();
   if (server_) {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Shutdown(absl::ToChronoTime(Clock::Real().WallNow() + grace));
     server_->Wait();
   }
 }

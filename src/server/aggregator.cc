@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 
 namespace hetps {
 namespace {
+
+// How often a waiting pull looks at its cancellation (and semi_async's time
+// bound) when nothing wakes it.
+constexpr absl::Duration kPollEvery = absl::Milliseconds(20);
 
 // Live-set bookkeeping shared by the modes.
 class LiveSet {
@@ -60,7 +62,9 @@ class LiveSet {
   }
   void FillClocks(AggregatorStats* stats) const {
     for (const auto& [w, c] : clocks_) {
-      stats->clocks.push_back({.worker = w, .clock = c, .last_staleness = 0});
+      rpc::WorkerClock* out = stats->add_clocks();
+      out->set_worker(w);
+      out->set_clock(c);
     }
   }
 
@@ -189,9 +193,9 @@ class AsyncAggregator final : public Aggregator {
   explicit AsyncAggregator(uint32_t num_workers) : live_(num_workers) {}
 
   absl::Status Push(const PushView& push) override {
-    std::shared_lock<std::shared_mutex> applying(apply_mu_);
+    absl::ReaderMutexLock applying(&apply_mu_);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto [it, inserted] = next_clock_.try_emplace(push.worker_id, 0);
       // Pushes of one worker are serialized by its client, so a clock below
       // the next expected one is a retry of a push that already arrived.
@@ -213,7 +217,7 @@ class AsyncAggregator final : public Aggregator {
 
   void UpdateMembership(uint64_t epoch,
                         const std::vector<uint32_t>& live) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     live_.Update(epoch, live);
   }
 
@@ -222,41 +226,43 @@ class AsyncAggregator final : public Aggregator {
   }
 
   uint64_t RejoinClock(uint32_t worker) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = next_clock_.find(worker);
     return it == next_clock_.end() ? 0 : it->second;
   }
 
   void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
-    std::unique_lock<std::shared_mutex> exclusive(apply_mu_);
+    absl::WriterMutexLock exclusive(&apply_mu_);
     fn(applied_rounds());
   }
 
   AggregatorStats Stats() const override {
     AggregatorStats stats;
-    stats.pushes = stats.applies = applied_.load(std::memory_order_relaxed);
-    stats.pulls = pulls_.load(std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
+    stats.set_pushes(applied_.load(std::memory_order_relaxed));
+    stats.set_applies(stats.pushes());
+    stats.set_pulls(pulls_.load(std::memory_order_relaxed));
+    absl::MutexLock lock(&mu_);
     live_.FillClocks(&stats);
     return stats;
   }
 
  private:
   // Pushes apply concurrently (shared); RunBetweenApplies is exclusive.
-  std::shared_mutex apply_mu_;
-  mutable std::mutex mu_;
-  absl::flat_hash_map<uint32_t, uint64_t> next_clock_;  // guarded by mu_
-  LiveSet live_;                                        // guarded by mu_
+  absl::Mutex apply_mu_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, uint64_t> next_clock_ ABSL_GUARDED_BY(mu_);
+  LiveSet live_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> applied_{0};
   std::atomic<uint64_t> pulls_{0};
 };
 
 class SyncAggregator final : public Aggregator {
  public:
-  explicit SyncAggregator(uint32_t num_workers) : live_(num_workers) {}
+  SyncAggregator(uint32_t num_workers, Clock& clock)
+      : clock_(clock), live_(num_workers) {}
 
   absl::Status Push(const PushView& push) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (push.clock < applied_) {
       if (rounds_seen_.contains({push.clock, push.worker_id})) {
         return absl::OkStatus();  // retry of a push already applied
@@ -286,54 +292,56 @@ class SyncAggregator final : public Aggregator {
   absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
                          absl::Time deadline,
                          const std::function<bool()>& cancelled) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++pulls_;
     if (live_.NoteClock(worker_id, clock)) CloseReadyRounds();
     while (applied_ < clock) {
       if (cancelled && cancelled()) {
         return absl::CancelledError("pull cancelled by the caller");
       }
-      if (absl::Now() >= deadline) {
+      if (clock_.Now() >= deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("pull of worker ", worker_id, " at clock ", clock,
                          ": round ", applied_, " still waits for workers [",
                          absl::StrJoin(MissingWorkers(), ","), "]"));
       }
-      // Wake up periodically to notice cancellation and the deadline.
-      round_closed_.wait_for(lock, std::chrono::milliseconds(50));
+      // Wake up now and then to notice cancellation.
+      clock_.WaitUntil(round_closed_, mu_,
+                       std::min(deadline, clock_.Now() + kPollEvery));
     }
     return absl::OkStatus();
   }
 
   void UpdateMembership(uint64_t epoch,
                         const std::vector<uint32_t>& live) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (live_.Update(epoch, live)) CloseReadyRounds();
   }
 
   uint64_t applied_rounds() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return applied_;
   }
 
   uint64_t RejoinClock(uint32_t) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return applied_;
   }
 
   void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     fn(applied_);
   }
 
   AggregatorStats Stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     AggregatorStats stats;
-    stats.pushes = pushes_;
-    stats.applies = stats.applies_by_all = applied_;
-    stats.pulls = pulls_;
-    stats.queue_length =
-        rounds_.empty() ? 0 : rounds_.begin()->second.contributors.size();
+    stats.set_pushes(pushes_);
+    stats.set_applies(applied_);
+    stats.set_applies_by_all(applied_);
+    stats.set_pulls(pulls_);
+    stats.set_queue_length(
+        rounds_.empty() ? 0 : rounds_.begin()->second.contributors.size());
     live_.FillClocks(&stats);
     return stats;
   }
@@ -393,17 +401,20 @@ class SyncAggregator final : public Aggregator {
     // only repeat a push whose reply was lost, i.e. one of the latest round.
     rounds_seen_.erase(rounds_seen_.begin(),
                        rounds_seen_.lower_bound({applied_ - 1, 0}));
-    round_closed_.notify_all();
+    round_closed_.SignalAll();
   }
 
-  mutable std::mutex mu_;
-  std::condition_variable round_closed_;
-  LiveSet live_;                      // guarded by mu_
-  uint64_t applied_ = 0;              // guarded by mu_
-  uint64_t pushes_ = 0, pulls_ = 0;   // guarded by mu_
-  std::map<uint64_t, Round> rounds_;  // clock → pending round; mu_
-  // (round, worker) of pushes taken, kept one round back for retries; mu_
-  std::set<std::pair<uint64_t, uint32_t>> rounds_seen_;
+  Clock& clock_;
+  mutable absl::Mutex mu_;
+  absl::CondVar round_closed_;
+  LiveSet live_ ABSL_GUARDED_BY(mu_);
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pulls_ ABSL_GUARDED_BY(mu_) = 0;
+  // clock → pending round
+  std::map<uint64_t, Round> rounds_ ABSL_GUARDED_BY(mu_);
+  // (round, worker) of pushes taken, kept one round back for retries
+  std::set<std::pair<uint64_t, uint32_t>> rounds_seen_ ABSL_GUARDED_BY(mu_);
 };
 
 // semi_async: the GradientQueue, its three triggers and the SSP bound (see
@@ -412,8 +423,10 @@ class SyncAggregator final : public Aggregator {
 // that follows a push always sees the queue either merged or applied.
 class SemiAsyncAggregator final : public Aggregator {
  public:
-  SemiAsyncAggregator(uint32_t num_workers, SemiAsyncOptions options)
+  SemiAsyncAggregator(uint32_t num_workers, SemiAsyncOptions options,
+                      Clock& clock)
       : options_(std::move(options)),
+        clock_(clock),
         min_apply_batch_(static_cast<uint64_t>(
             std::ceil(options_.config.min_apply_fraction *
                       static_cast<double>(options_.job_batch)))),
@@ -421,7 +434,7 @@ class SemiAsyncAggregator final : public Aggregator {
         live_(num_workers) {}
 
   absl::Status Push(const PushView& push) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // A worker's pushes are serialized by its client: a clock below the
     // one already seen is a retry whose first reply was lost.
     if (push.clock < live_.ClockOf(push.worker_id)) return absl::OkStatus();
@@ -434,12 +447,12 @@ class SemiAsyncAggregator final : public Aggregator {
     const uint64_t staleness =
         applied_ - std::min(applied_, record.seen_version);
     record.last_staleness = staleness;
-    stats_.staleness_sum += staleness;
-    stats_.max_staleness = std::max(stats_.max_staleness, staleness);
-    ++stats_.pushes;
+    stats_.set_staleness_sum(stats_.staleness_sum() + staleness);
+    stats_.set_max_staleness(std::max(stats_.max_staleness(), staleness));
+    stats_.set_pushes(stats_.pushes() + 1);
     if (queued_ == 0) {
-      ++stats_.pushes_into_empty;
-      oldest_ = options_.now();
+      stats_.set_pushes_into_empty(stats_.pushes_into_empty() + 1);
+      oldest_ = clock_.Now();
     }
     const double weight =
         1.0 / (1.0 + options_.config.staleness_decay * staleness);
@@ -447,23 +460,23 @@ class SemiAsyncAggregator final : public Aggregator {
     ++queued_;
     contributors_.insert(push.worker_id);
     if (queued_ >= window_) {
-      ++stats_.applies_by_window;
+      stats_.set_applies_by_window(stats_.applies_by_window() + 1);
       ApplyQueue();
     } else if (AllLiveContributed() && HoldsEnough()) {
-      ++stats_.applies_by_all;
+      stats_.set_applies_by_all(stats_.applies_by_all() + 1);
       ApplyQueue();
     }
-    advanced_.notify_all();
+    advanced_.SignalAll();
     return absl::OkStatus();
   }
 
   absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
                          absl::Time deadline,
                          const std::function<bool()>& cancelled) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++stats_.pulls;
+    absl::MutexLock lock(&mu_);
+    stats_.set_pulls(stats_.pulls() + 1);
     live_.NoteClock(worker_id, clock);
-    const absl::Time start = options_.now();
+    const absl::Time start = clock_.Now();
     bool waited = false;
     while (true) {
       FlushIfOld();
@@ -471,28 +484,29 @@ class SemiAsyncAggregator final : public Aggregator {
       // A worker outside the live set (it left, or is rejoining) is not held:
       // nobody would count it as the slowest either.
       if (!live_.Contains(worker_id) || clock <= slowest + window_) break;
-      if (!waited) ++stats_.ssp_waits;
+      if (!waited) stats_.set_ssp_waits(stats_.ssp_waits() + 1);
       waited = true;
       if (cancelled && cancelled()) {
         return absl::CancelledError("pull cancelled by the caller");
       }
-      if (absl::Now() >= deadline) {
-        stats_.ssp_wait_s += absl::ToDoubleSeconds(options_.now() - start);
+      if (clock_.Now() >= deadline) {
+        AddWaitSince(start);
         return absl::DeadlineExceededError(
             absl::StrCat("pull of worker ", worker_id, " at clock ", clock,
                          " waits for the slowest live worker (clock ", slowest,
                          ", window ", window_, ")"));
       }
-      advanced_.wait_for(lock, std::chrono::milliseconds(20));
+      // Wake up now and then to notice cancellation and the time bound.
+      clock_.WaitUntil(advanced_, mu_,
+                       std::min(deadline, clock_.Now() + kPollEvery));
     }
-    if (waited) {
-      stats_.ssp_wait_s += absl::ToDoubleSeconds(options_.now() - start);
-    }
+    if (waited) AddWaitSince(start);
     if (live_.Contains(worker_id)) {
       const uint64_t slowest = live_.SlowestLiveClock();
       const uint64_t lead = clock > slowest ? clock - slowest : 0;
-      stats_.max_pull_lead = std::max(stats_.max_pull_lead, lead);
-      if (lead > window_) ++stats_.bound_violations;
+      stats_.set_max_pull_lead(std::max(stats_.max_pull_lead(), lead));
+      if (lead > window_)
+        stats_.set_bound_violations(stats_.bound_violations() + 1);
     }
     return absl::OkStatus();
   }
@@ -500,91 +514,99 @@ class SemiAsyncAggregator final : public Aggregator {
   void PullSparse(uint32_t worker_id, SparseTable* table,
                   std::span<const uint64_t> keys,
                   std::span<float> out) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (ReadAhead(worker_id)) {
-      // Under the lock: an apply between reading the queue and the rows
-      // would count the queue twice.
-      queue_.PullAhead(table, keys, AheadShare(), out);
-      return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ReadAhead(worker_id)) {
+        // Under the lock: an apply between reading the queue and the rows
+        // would count the queue twice.
+        queue_.PullAhead(table, keys, AheadShare(), out);
+        return;
+      }
     }
-    lock.unlock();
     table->Pull(keys, out);
   }
 
   void PullDense(uint32_t worker_id, DenseTable* table,
                  std::span<float> out) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (ReadAhead(worker_id)) {
-      queue_.PullAhead(table, AheadShare(), out);
-      return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ReadAhead(worker_id)) {
+        queue_.PullAhead(table, AheadShare(), out);
+        return;
+      }
     }
-    lock.unlock();
     table->Pull(out);
   }
 
   void UpdateMembership(uint64_t epoch,
                         const std::vector<uint32_t>& live) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!live_.Update(epoch, live)) return;
     // With nobody live, what is queued is all there will be.
     if (queued_ > 0 && AllLiveContributed() &&
         (live_.workers().empty() || HoldsEnough())) {
-      ++stats_.applies_by_all;
+      stats_.set_applies_by_all(stats_.applies_by_all() + 1);
       ApplyQueue();
     }
-    advanced_.notify_all();
+    advanced_.SignalAll();
   }
 
   uint64_t applied_rounds() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return applied_;
   }
 
   uint64_t RejoinClock(uint32_t worker) const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return std::max(live_.ClockOf(worker), live_.SlowestLiveClock(worker));
   }
 
   void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     fn(applied_);
   }
 
   void SetWindow(uint32_t window) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     window_ = std::max<uint32_t>(1, window);
     if (queued_ >= window_) {
-      ++stats_.applies_by_window;
+      stats_.set_applies_by_window(stats_.applies_by_window() + 1);
       ApplyQueue();
     }
-    advanced_.notify_all();
+    advanced_.SignalAll();
   }
 
   AggregatorStats Stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     AggregatorStats stats = stats_;
-    stats.applies = applied_;
-    stats.queue_length = queued_;
-    stats.window = window_;
+    stats.set_applies(applied_);
+    stats.set_queue_length(queued_);
+    stats.set_window(window_);
     live_.FillClocks(&stats);
-    for (AggregatorStats::Clock& c : stats.clocks) {
-      auto it = records_.find(c.worker);
-      if (it != records_.end()) c.last_staleness = it->second.last_staleness;
+    for (rpc::WorkerClock& c : *stats.mutable_clocks()) {
+      auto it = records_.find(c.worker());
+      if (it != records_.end()) c.set_last_staleness(it->second.last_staleness);
     }
     return stats;
   }
 
  private:
+  // REQUIRES: mu_ held.
+  void AddWaitSince(absl::Time start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    stats_.set_ssp_wait_seconds(stats_.ssp_wait_seconds() +
+                                absl::ToDoubleSeconds(clock_.Now() - start));
+  }
+
   // The time bound. Checked at every push and pull (waiting pulls poll), so
   // a queue left behind by the last active worker is applied by the next
   // request; when no worker is live the queue applies at once anyway.
   // REQUIRES: mu_ held.
   void FlushIfOld() {
-    if (queued_ > 0 && options_.now() - oldest_ >=
+    if (queued_ > 0 && clock_.Now() - oldest_ >=
                            absl::Seconds(options_.config.flush_after_s)) {
-      ++stats_.applies_by_time;
+      stats_.set_applies_by_time(stats_.applies_by_time() + 1);
       ApplyQueue();
-      advanced_.notify_all();
+      advanced_.SignalAll();
     }
   }
 
@@ -603,7 +625,7 @@ class SemiAsyncAggregator final : public Aggregator {
     const bool ahead = live && options_.config.lookahead && queued_ > 0;
     if (live) {
       records_[worker_id].seen_version = applied_ + (ahead ? 1 : 0);
-      if (ahead) ++stats_.pulls_ahead;
+      if (ahead) stats_.set_pulls_ahead(stats_.pulls_ahead() + 1);
     }
     return ahead;
   }
@@ -643,33 +665,36 @@ class SemiAsyncAggregator final : public Aggregator {
   }
 
   const SemiAsyncOptions options_;
+  Clock& clock_;
   const uint64_t min_apply_batch_;
-  mutable std::mutex mu_;
-  std::condition_variable advanced_;  // a clock moved, or the queue applied
-  uint32_t window_;                   // guarded by mu_
-  LiveSet live_;                      // guarded by mu_
-  GradientSum queue_;                 // the GradientQueue, merged; mu_
-  uint64_t queued_ = 0;               // pushes in queue_; mu_
-  std::set<uint32_t> contributors_;   // workers in queue_; mu_
-  absl::Time oldest_;                 // arrival of the oldest queued push
-  uint64_t applied_ = 0;              // queue applies; mu_
-  uint64_t last_apply_batch_ = 0;     // samples in the last apply; mu_
-  std::map<uint32_t, WorkerRecord> records_;  // mu_
-  AggregatorStats stats_;                     // counters only; mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar advanced_;  // a clock moved, or the queue applied
+  uint32_t window_ ABSL_GUARDED_BY(mu_);
+  LiveSet live_ ABSL_GUARDED_BY(mu_);
+  GradientSum queue_ ABSL_GUARDED_BY(mu_);    // the GradientQueue, merged
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // pushes in queue_
+  std::set<uint32_t> contributors_ ABSL_GUARDED_BY(mu_);  // workers in queue_
+  absl::Time oldest_ ABSL_GUARDED_BY(mu_);  // arrival of the oldest queued push
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;           // queue applies
+  uint64_t last_apply_batch_ ABSL_GUARDED_BY(mu_) = 0;  // its samples
+  std::map<uint32_t, WorkerRecord> records_ ABSL_GUARDED_BY(mu_);
+  AggregatorStats stats_ ABSL_GUARDED_BY(mu_);  // counters only
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(
-    ConsistencyMode mode, uint32_t num_workers, SemiAsyncOptions semi_async) {
+    ConsistencyMode mode, uint32_t num_workers, SemiAsyncOptions semi_async,
+    Clock& clock) {
   switch (mode) {
     case ConsistencyMode::kSync:
-      return std::unique_ptr<Aggregator>(new SyncAggregator(num_workers));
+      return std::unique_ptr<Aggregator>(
+          new SyncAggregator(num_workers, clock));
     case ConsistencyMode::kAsync:
       return std::unique_ptr<Aggregator>(new AsyncAggregator(num_workers));
     case ConsistencyMode::kSemiAsync:
       return std::unique_ptr<Aggregator>(
-          new SemiAsyncAggregator(num_workers, std::move(semi_async)));
+          new SemiAsyncAggregator(num_workers, std::move(semi_async), clock));
   }
   return absl::InvalidArgumentError("mode: unknown consistency mode");
 }

@@ -44,6 +44,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "hetps.pb.h"
 #include "hetps/config.h"
 #include "table/dense_table.h"
 #include "table/sparse_table.h"
@@ -69,32 +71,10 @@ struct PushView {
   std::vector<Dense> dense;
 };
 
-// What an Aggregator saw (AggregatorStats in proto/hetps.proto documents
-// each field). Counters are totals since the start.
-struct AggregatorStats {
-  uint64_t pushes = 0;
-  uint64_t applies = 0;
-  uint64_t applies_by_window = 0;
-  uint64_t applies_by_all = 0;
-  uint64_t applies_by_time = 0;
-  uint64_t pushes_into_empty = 0;
-  uint64_t queue_length = 0;
-  uint64_t pulls = 0;
-  uint64_t ssp_waits = 0;
-  double ssp_wait_s = 0;
-  uint64_t max_pull_lead = 0;
-  uint64_t bound_violations = 0;
-  uint64_t staleness_sum = 0;
-  uint64_t max_staleness = 0;
-  uint64_t pulls_ahead = 0;
-  uint32_t window = 0;
-  struct Clock {
-    uint32_t worker = 0;
-    uint64_t clock = 0;
-    uint64_t last_staleness = 0;
-  };
-  std::vector<Clock> clocks;  // by worker
-};
+// What an Aggregator saw: rpc::AggregatorStats (proto/hetps.proto documents
+// each field), filled in by the aggregator itself, so a new statistic is one
+// field there and its counting here. Counters are totals since the start.
+using AggregatorStats = rpc::AggregatorStats;
 
 struct SemiAsyncOptions {
   uint32_t window = 2;
@@ -102,17 +82,16 @@ struct SemiAsyncOptions {
   // The job's batch per step, train.batch_size × cluster.workers: the
   // unit of config.min_apply_fraction.
   uint64_t job_batch = 0;
-  // The time source of the time bound (tests drive it by hand).
-  std::function<absl::Time()> now = [] { return absl::Now(); };
 };
 
 class Aggregator {
  public:
   // `num_workers`: the workers of the job, all live at the start.
   // `semi_async` is read in that mode only.
+  // Deadlines, waits and semi_async's time bound run on `clock`.
   static absl::StatusOr<std::unique_ptr<Aggregator>> Create(
       ConsistencyMode mode, uint32_t num_workers,
-      SemiAsyncOptions semi_async = {});
+      SemiAsyncOptions semi_async = {}, Clock& clock = Clock::Real());
 
   virtual ~Aggregator() = default;
 
@@ -122,7 +101,8 @@ class Aggregator {
 
   // Blocks until a pull from a worker that has made `clock` pushes may be
   // answered. DEADLINE_EXCEEDED (naming the workers still missing) at
-  // `deadline`; CANCELLED once `cancelled()` turns true (polled).
+  // `deadline` (on the aggregator's clock); CANCELLED once `cancelled()`
+  // turns true (polled).
   virtual absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
                                  absl::Time deadline,
                                  const std::function<bool()>& cancelled) = 0;

@@ -27,6 +27,8 @@ namespace {
 constexpr char kSparseMagic[8] = {'H', 'P', 'S', 'P', 'A', 'R', 'S', '1'};
 constexpr char kDenseMagic[8] = {'H', 'P', 'D', 'E', 'N', 'S', 'E', '1'};
 constexpr const char* kProgressFile = "coordinator.pb";
+// How often the periodic saver looks at the applied round count.
+constexpr absl::Duration kSavePoll = absl::Milliseconds(20);
 constexpr size_t kWriteBuffer = 1 << 20;
 
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
@@ -530,12 +532,14 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
 // Checkpointer.
 
 Checkpointer::Checkpointer(const JobConfig& config, uint32_t rank,
-                           PsServer* server, JobProgressHooks progress)
+                           PsServer* server, JobProgressHooks progress,
+                           Clock& clock)
     : config_(config),
       rank_(rank),
       server_dir_(ServerCheckpointDir(config.checkpoint.dir, rank)),
       server_(server),
-      progress_(std::move(progress)) {
+      progress_(std::move(progress)),
+      clock_(clock) {
   const auto found = ListCheckpoints(server_dir_);
   if (!found.empty()) next_seq_ = found.front().first + 1;
 }
@@ -552,8 +556,8 @@ absl::StatusOr<std::string> Checkpointer::Save() {
 }
 
 absl::StatusOr<std::string> Checkpointer::SaveLocked(uint64_t applied) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu_);
+  const absl::Time start = clock_.Now();
   auto writer = CheckpointWriter::Begin(server_dir_, next_seq_);
   if (!writer.ok()) return writer.status();
   nlohmann::json tables = nlohmann::json::array();
@@ -614,7 +618,7 @@ absl::StatusOr<std::string> Checkpointer::SaveLocked(uint64_t applied) {
       {"num_servers", config_.num_servers()},
       {"mode", ConsistencyModeName(config_.mode)},
       {"applied_rounds", applied},
-      {"created_unix_s", absl::ToUnixSeconds(absl::Now())},
+      {"created_unix_s", absl::ToUnixSeconds(clock_.WallNow())},
       {"tables", std::move(tables)}};
   auto path = (*writer)->Commit(std::move(manifest));
   if (!path.ok()) return path.status();
@@ -630,7 +634,7 @@ absl::StatusOr<std::string> Checkpointer::SaveLocked(uint64_t applied) {
     if (entry.path().extension() == ".tmp") fs::remove_all(entry.path(), ec);
   }
   spdlog::info("server {}: checkpoint {} saved at round {} in {:.2f} s", rank_,
-               *path, applied, absl::ToDoubleSeconds(absl::Now() - start));
+               *path, applied, absl::ToDoubleSeconds(clock_.Now() - start));
   return path;
 }
 
@@ -731,10 +735,11 @@ void Checkpointer::Start() {
     // The round count restarts at 0 in a restarted server (see
     // aggregator.h); saves follow this process's own count.
     uint64_t next = every;
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(20),
-                              [this] { return stop_; })) {
-      lock.unlock();
+    absl::MutexLock lock(&stop_mu_);
+    while (!stop_) {
+      clock_.WaitUntil(stop_cv_, stop_mu_, clock_.Now() + kSavePoll);
+      if (stop_) break;
+      stop_mu_.Unlock();
       if (server_->applied_rounds() >= next) {
         auto saved = Save();
         if (!saved.ok()) {
@@ -743,17 +748,17 @@ void Checkpointer::Start() {
         }
         next = server_->applied_rounds() + every;
       }
-      lock.lock();
+      stop_mu_.Lock();
     }
   });
 }
 
 void Checkpointer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    absl::MutexLock lock(&stop_mu_);
     stop_ = true;
+    stop_cv_.SignalAll();
   }
-  stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 

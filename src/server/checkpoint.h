@@ -13,17 +13,17 @@
 // the file, and the one before it is tried.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "hetps.pb.h"
 #include "hetps/config.h"
 #include "nlohmann/json.hpp"
@@ -110,8 +110,9 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
 class Checkpointer {
  public:
   // `progress`: rank 0's hooks to the coordinator's data progress.
+  // Timing and the manifest's creation time come from `clock`.
   Checkpointer(const JobConfig& config, uint32_t rank, PsServer* server,
-               JobProgressHooks progress = {});
+               JobProgressHooks progress = {}, Clock& clock = Clock::Real());
   ~Checkpointer();
 
   // With checkpoint.resume: loads the newest checkpoint that verifies.
@@ -134,13 +135,14 @@ class Checkpointer {
   const std::string server_dir_;
   PsServer* const server_;
   const JobProgressHooks progress_;
+  Clock& clock_;
 
-  std::mutex mu_;          // one save at a time
-  uint64_t next_seq_ = 1;  // guarded by mu_
+  absl::Mutex mu_;  // one save at a time
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
 
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
+  absl::Mutex stop_mu_;
+  absl::CondVar stop_cv_;
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread thread_;
 };
 

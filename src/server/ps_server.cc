@@ -1,7 +1,5 @@
 #include "server/ps_server.h"
 
-#include <time.h>
-
 #include <bit>
 #include <cstring>
 #include <vector>
@@ -42,19 +40,11 @@ absl::Status CheckFinite(const std::string& table,
                    values[bad], " at index ", bad, "; push refused"));
 }
 
-absl::Time PullDeadline(grpc::ServerContext* context, double timeout_s) {
-  absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
-  const auto ctx_deadline = context->deadline();
-  if (ctx_deadline != std::chrono::system_clock::time_point::max()) {
-    deadline = std::min(deadline, absl::FromChrono(ctx_deadline));
-  }
-  return deadline;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
-    const JobConfig& config, uint32_t rank, uint32_t semi_async_window) {
+    const JobConfig& config, uint32_t rank, uint32_t semi_async_window,
+    Clock& clock) {
   const uint32_t servers = static_cast<uint32_t>(config.num_servers());
   if (rank >= servers) {
     return absl::InvalidArgumentError(
@@ -68,11 +58,11 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
                          static_cast<uint64_t>(config.num_workers());
   auto aggregator = Aggregator::Create(
       config.mode, static_cast<uint32_t>(config.num_workers()),
-      std::move(semi_async));
+      std::move(semi_async), clock);
   if (!aggregator.ok()) return aggregator.status();
   std::unique_ptr<PsServer> server(new PsServer(
       config, rank, ShardMap::Uniform(servers, config.server.num_buckets),
-      std::move(*aggregator)));
+      std::move(*aggregator), clock));
   for (const TableConfig& table : config.tables) {
     auto optimizer = Optimizer::Create(table.optimizer);
     if (!optimizer.ok()) {
@@ -92,9 +82,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
 }
 
 PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
-                   std::unique_ptr<Aggregator> aggregator)
+                   std::unique_ptr<Aggregator> aggregator, Clock& clock)
     : config_(config),
       rank_(rank),
+      clock_(clock),
       shard_map_(std::move(shard_map)),
       aggregator_(std::move(aggregator)) {}
 
@@ -140,7 +131,7 @@ absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
         absl::StrCat("worker_id ", worker, " out of range: the job has ",
                      workers, " workers"));
   }
-  std::lock_guard<std::mutex> lock(incarnations_mu_);
+  absl::MutexLock lock(&incarnations_mu_);
   auto [it, first] = incarnations_.try_emplace(worker);
   Incarnation& known = it->second;
   if (first) {
@@ -163,9 +154,11 @@ absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
 
 absl::Status PsServer::AwaitPull(grpc::ServerContext* context,
                                  uint32_t worker_id, uint64_t clock) {
+  // The caller's own deadline cancels the call (IsCancelled), so only the
+  // server's bound needs a time here.
   return aggregator_->AwaitPull(
       worker_id, clock,
-      PullDeadline(context, config_.server.sync_wait_timeout_s),
+      clock_.Now() + absl::Seconds(config_.server.sync_wait_timeout_s),
       [context] { return context->IsCancelled(); });
 }
 
@@ -397,33 +390,8 @@ grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("unknown table '", request->table(), "'"));
   }
-  const AggregatorStats st = aggregator_->Stats();
-  rpc::AggregatorStats* out = response->mutable_stats();
-  out->set_pushes(st.pushes);
-  out->set_applies(st.applies);
-  out->set_applies_by_window(st.applies_by_window);
-  out->set_applies_by_all(st.applies_by_all);
-  out->set_applies_by_time(st.applies_by_time);
-  out->set_pushes_into_empty(st.pushes_into_empty);
-  out->set_queue_length(st.queue_length);
-  out->set_pulls(st.pulls);
-  out->set_ssp_waits(st.ssp_waits);
-  out->set_ssp_wait_seconds(st.ssp_wait_s);
-  out->set_max_pull_lead(st.max_pull_lead);
-  out->set_pulls_ahead(st.pulls_ahead);
-  out->set_bound_violations(st.bound_violations);
-  out->set_staleness_sum(st.staleness_sum);
-  out->set_max_staleness(st.max_staleness);
-  out->set_window(st.window);
-  for (const AggregatorStats::Clock& c : st.clocks) {
-    rpc::WorkerClock* wc = out->add_clocks();
-    wc->set_worker(c.worker);
-    wc->set_clock(c.clock);
-    wc->set_last_staleness(c.last_staleness);
-  }
-  timespec cpu{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
-  out->set_cpu_s(static_cast<double>(cpu.tv_sec) + cpu.tv_nsec * 1e-9);
+  *response->mutable_stats() = aggregator_->Stats();
+  response->mutable_stats()->set_cpu_s(ProcessCpuSeconds());
   return grpc::Status::OK;
 }
 

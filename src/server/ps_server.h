@@ -16,11 +16,12 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 #include "server/aggregator.h"
@@ -35,8 +36,10 @@ class PsServer final : public rpc::ParameterServer::Service {
   // `config` must be validated; `rank` < config.num_servers().
   // `semi_async_window`: the window semi_async starts with (the server node
   // passes the coordinator's initial window; it sends changes later).
+  // Pulls wait (sync rounds, the SSP bound) on `clock`.
   static absl::StatusOr<std::unique_ptr<PsServer>> Create(
-      const JobConfig& config, uint32_t rank, uint32_t semi_async_window = 2);
+      const JobConfig& config, uint32_t rank, uint32_t semi_async_window = 2,
+      Clock& clock = Clock::Real());
 
   grpc::Status PullSparse(grpc::ServerContext* context,
                           const rpc::PullSparseRequest* request,
@@ -76,7 +79,7 @@ class PsServer final : public rpc::ParameterServer::Service {
 
  private:
   PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
-           std::unique_ptr<Aggregator> aggregator);
+           std::unique_ptr<Aggregator> aggregator, Clock& clock);
 
   absl::Status DoPullSparse(grpc::ServerContext* context,
                             const rpc::PullSparseRequest& request,
@@ -100,6 +103,7 @@ class PsServer final : public rpc::ParameterServer::Service {
   // Constant after construction.
   const JobConfig config_;
   const uint32_t rank_;
+  Clock& clock_;
   const ShardMap shard_map_;
   const std::unique_ptr<Aggregator> aggregator_;
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
@@ -110,8 +114,9 @@ class PsServer final : public rpc::ParameterServer::Service {
     uint32_t number = 0;
     uint64_t offset = 0;  // added to this incarnation's clocks
   };
-  std::mutex incarnations_mu_;
-  absl::flat_hash_map<uint32_t, Incarnation> incarnations_;  // by worker
+  absl::Mutex incarnations_mu_;
+  absl::flat_hash_map<uint32_t, Incarnation> incarnations_  // by worker
+      ABSL_GUARDED_BY(incarnations_mu_);
 };
 
 }  // namespace hetps

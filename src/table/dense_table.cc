@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "table/initializer.h"
 
 namespace hetps {
@@ -29,7 +29,7 @@ DenseTable::DenseTable(const TableConfig& config, uint64_t offset,
 }
 
 void DenseTable::Pull(std::span<float> out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::copy_n(weights_.begin(), std::min<uint64_t>(length_, out.size()),
               out.begin());
 }
@@ -39,7 +39,7 @@ void DenseTable::PullAhead(std::span<const float> ahead, float step_scale,
   std::vector<float> state;
   uint64_t updates = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::copy_n(weights_.begin(), std::min<uint64_t>(length_, out.size()),
                 out.begin());
     state = state_;
@@ -51,24 +51,24 @@ void DenseTable::PullAhead(std::span<const float> ahead, float step_scale,
 }
 
 void DenseTable::Push(std::span<const float> grad, float step_scale) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   optimizer_->Update(weights_.data(), state_.data(), grad.data(), length_,
                      updates_, step_scale);
   ++updates_;
 }
 
 uint64_t DenseTable::update_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return updates_;
 }
 
 DenseTable::Snapshot DenseTable::Save() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return {.weights = weights_, .state = state_, .updates = updates_};
 }
 
 absl::Status DenseTable::Restore(Snapshot snapshot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (snapshot.weights.size() != weights_.size() ||
       snapshot.state.size() != state_.size()) {
     return absl::InvalidArgumentError(

@@ -7,12 +7,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "hetps/config.h"
 #include "table/optimizer.h"
 
@@ -62,7 +62,7 @@ class DenseTable {
   // state_ holds optimizer_->StateWidth(length_) floats: the slice is updated
   // as one row of width length_.
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<float> weights_ ABSL_GUARDED_BY(mu_);
   std::vector<float> state_ ABSL_GUARDED_BY(mu_);
   uint64_t updates_ ABSL_GUARDED_BY(mu_) = 0;

@@ -7,7 +7,6 @@
 #include <functional>
 #include <latch>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <system_error>
 #include <thread>
@@ -16,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "table/initializer.h"
 
 namespace hetps {
@@ -209,7 +209,7 @@ void ReleaseIfLarge(StripeGroups& g) {
 
 // One lock stripe: the index from key to slot, and the rows in chunks.
 struct SparseTable::Stripe {
-  mutable std::mutex mu;
+  mutable absl::Mutex mu;
   absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
   std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
   uint32_t rows ABSL_GUARDED_BY(mu) = 0;
@@ -313,7 +313,7 @@ void SparseTable::PullAhead(std::span<const uint64_t> keys,
         uint32_t* slots = g.slots.data() + first;
         // A row stepped ahead is worked on here, never in the table.
         std::vector<float> scratch(ahead.empty() ? 0 : count_at);
-        std::lock_guard<std::mutex> lock(stripe.mu);
+        absl::MutexLock lock(&stripe.mu);
         LocateRows(stripe, g.keys.data() + first, count, slots);
         const bool prefetch = WorthPrefetching(stripe);
         for (uint32_t j = 0; j < count; ++j) {
@@ -356,7 +356,7 @@ void SparseTable::Push(std::span<const uint64_t> keys,
         Stripe& stripe = *stripes_[s];
         const uint32_t* order = g.order.data() + first;
         uint32_t* slots = g.slots.data() + first;
-        std::lock_guard<std::mutex> lock(stripe.mu);
+        absl::MutexLock lock(&stripe.mu);
         LocateRows(stripe, g.keys.data() + first, count, slots);
         const bool prefetch = WorthPrefetching(stripe);
         for (uint32_t j = 0; j < count; ++j) {
@@ -377,7 +377,7 @@ void SparseTable::Push(std::span<const uint64_t> keys,
 uint64_t SparseTable::size() const {
   uint64_t total = 0;
   for (const auto& stripe : stripes_) {
-    std::lock_guard<std::mutex> lock(stripe->mu);
+    absl::MutexLock lock(&stripe->mu);
     total += stripe->rows;
   }
   return total;
@@ -385,7 +385,7 @@ uint64_t SparseTable::size() const {
 
 bool SparseTable::Lookup(uint64_t key, std::span<float> out) const {
   const Stripe& stripe = *stripes_[StripeOf(key)];
-  std::lock_guard<std::mutex> lock(stripe.mu);
+  absl::MutexLock lock(&stripe.mu);
   const auto it = stripe.index.find(key);
   if (it == stripe.index.end()) return false;
   std::memcpy(out.data(), Row(stripe, it->second), config_.dim * sizeof(float));
@@ -405,7 +405,7 @@ void SparseTable::ForEachRowWithState(
                              std::span<const float>, uint64_t)>& fn) const {
   const uint64_t dim = config_.dim;
   for (const auto& stripe : stripes_) {
-    std::lock_guard<std::mutex> lock(stripe->mu);
+    absl::MutexLock lock(&stripe->mu);
     for (const auto& [key, slot] : stripe->index) {
       const float* row = Row(*stripe, slot);
       fn(key, std::span<const float>(row, dim),
@@ -419,7 +419,7 @@ void SparseTable::RestoreRow(uint64_t key, std::span<const float> weights,
                              std::span<const float> state,
                              uint64_t update_count) {
   Stripe& stripe = *stripes_[StripeOf(key)];
-  std::lock_guard<std::mutex> lock(stripe.mu);
+  absl::MutexLock lock(&stripe.mu);
   const auto it = stripe.index.find(key);
   float* row = Row(
       stripe, it != stripe.index.end() ? it->second : CreateRow(stripe, key));

@@ -1,7 +1,7 @@
 #include "worker/device_profile.h"
 
+#include <algorithm>
 #include <string>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -9,8 +9,12 @@
 namespace hetps {
 
 DeviceProfile::DeviceProfile(const DeviceProfileConfig* profile,
-                             uint64_t bytes_per_sample, Clock::time_point start)
-    : profile_(profile), bytes_per_sample_(bytes_per_sample), start_(start) {}
+                             uint64_t bytes_per_sample, Clock& clock,
+                             absl::Time start)
+    : profile_(profile),
+      bytes_per_sample_(bytes_per_sample),
+      clock_(clock),
+      start_(start) {}
 
 std::string DeviceProfile::Describe() const {
   if (!profile_) return "real machine (not emulated)";
@@ -45,9 +49,9 @@ absl::Status DeviceProfile::CheckMemory(uint64_t samples) const {
       samples, need_mb, profile_->memory_mb));
 }
 
-double DeviceProfile::SpeedFactor(Clock::time_point now) const {
+double DeviceProfile::SpeedFactor(absl::Time now) const {
   if (!profile_) return 1;
-  const double t = std::chrono::duration<double>(now - start_).count();
+  const double t = absl::ToDoubleSeconds(now - start_);
   double factor = 1;
   for (const SlowdownConfig& d : profile_->slowdowns) {
     if (t >= d.from_s && t < d.to_s) factor = std::min(factor, d.factor);
@@ -55,22 +59,18 @@ double DeviceProfile::SpeedFactor(Clock::time_point now) const {
   return factor;
 }
 
-void DeviceProfile::Pace(uint64_t samples, Clock::time_point began) const {
+void DeviceProfile::Pace(uint64_t samples, absl::Time began) const {
   if (!profile_ || profile_->throughput <= 0) return;
   const double seconds = static_cast<double>(samples) /
                          (profile_->throughput * SpeedFactor(began));
-  std::this_thread::sleep_until(began +
-                                std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(seconds)));
+  clock_.SleepUntil(began + absl::Seconds(seconds));
 }
 
-void DeviceProfile::Throttle(uint64_t bytes, Clock::time_point began) const {
+void DeviceProfile::Throttle(uint64_t bytes, absl::Time began) const {
   if (!profile_ || profile_->bandwidth_mbps <= 0) return;
   const double seconds =
       static_cast<double>(bytes) * 8 / (profile_->bandwidth_mbps * 1e6);
-  std::this_thread::sleep_until(began +
-                                std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(seconds)));
+  clock_.SleepUntil(began + absl::Seconds(seconds));
 }
 
 }  // namespace hetps

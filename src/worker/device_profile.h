@@ -13,22 +13,23 @@
 // Without a profile every call is free and nothing is emulated.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "hetps/config.h"
 
 namespace hetps {
 
 class DeviceProfile {
  public:
-  using Clock = std::chrono::steady_clock;
-
-  // `profile` may be nullptr (a real machine). `bytes_per_sample` from
-  // BytesPerSample.
+  // `profile` may be nullptr (a real machine). `bytes_per_sample`:
+  // JobShape::bytes_per_sample. Slow-downs count from `start` on `clock`,
+  // which also does the sleeping.
   DeviceProfile(const DeviceProfileConfig* profile, uint64_t bytes_per_sample,
-                Clock::time_point start);
+                Clock& clock, absl::Time start);
 
   bool emulated() const { return profile_ != nullptr; }
   double memory_mb() const { return profile_ ? profile_->memory_mb : 0; }
@@ -39,20 +40,21 @@ class DeviceProfile {
   absl::Status CheckMemory(uint64_t samples) const;
 
   // The speed factor at `now` (1 outside slow-downs).
-  double SpeedFactor(Clock::time_point now) const;
+  double SpeedFactor(absl::Time now) const;
 
   // Sleeps until a batch of `samples` begun at `began` has taken as long as
   // this device would take.
-  void Pace(uint64_t samples, Clock::time_point began) const;
+  void Pace(uint64_t samples, absl::Time began) const;
 
   // Sleeps until a transfer of `bytes` begun at `began` has taken as long as
   // this device's link would take.
-  void Throttle(uint64_t bytes, Clock::time_point began) const;
+  void Throttle(uint64_t bytes, absl::Time began) const;
 
  private:
   const DeviceProfileConfig* profile_;
   const uint64_t bytes_per_sample_;
-  const Clock::time_point start_;
+  Clock& clock_;
+  const absl::Time start_;
 };
 
 }  // namespace hetps

@@ -23,17 +23,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "hetps/config.h"
 #include "model/job_shape.h"
+#include "worker/step.h"
 
 namespace hetps {
-
-struct EvalPoint {
-  int epoch = 0;    // epochs finished when evaluated
-  double at_s = 0;  // seconds since training started
-  double auc = 0;
-  double logloss = 0;
-};
 
 struct TrainReport {
   uint32_t rank = 0;
@@ -65,7 +60,8 @@ struct TrainReport {
 // `config` validated and resolved into `shape` (ResolveJob), with
 // cluster.ps_endpoints filled in.
 absl::StatusOr<TrainReport> RunWorker(const JobConfig& config,
-                                      const JobShape& shape, uint32_t rank);
+                                      const JobShape& shape, uint32_t rank,
+                                      Clock& clock = Clock::Real());
 
 // One-line JSON of a report (the launcher gathers these).
 std::string ReportToJson(const TrainReport& report);

@@ -69,7 +69,7 @@ TEST(ProcessGroupTest, ReportsExitCodeAndPrefixesOutput) {
         "greeter", {"/bin/sh", "-c", "echo hi; echo oops >&2; exit 3"});
     ASSERT_TRUE(pid.ok()) << pid.status();
     EXPECT_THAT(group.RunningLabels(), ElementsAre("greeter"));
-    std::optional<ChildExit> exit = group.WaitAny(seconds(10));
+    std::optional<ChildExit> exit = group.WaitAny(absl::Seconds(10));
     ASSERT_TRUE(exit.has_value());
     EXPECT_EQ(exit->label, "greeter");
     EXPECT_EQ(exit->pid, *pid);
@@ -91,7 +91,7 @@ TEST(ProcessGroupTest, StopAllTerminatesWithinTheGrace) {
   ProcessGroup group;
   ASSERT_TRUE(group.Spawn("sleeper", {"/bin/sleep", "30"}).ok());
   const auto start = Clock::now();
-  std::vector<ChildExit> exits = group.StopAll(seconds(5));
+  std::vector<ChildExit> exits = group.StopAll(absl::Seconds(5));
   EXPECT_LT(SecondsSince(start), 2.0);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].label, "sleeper");
@@ -109,7 +109,7 @@ TEST(ProcessGroupTest, StopAllKillsAChildIgnoringSigterm) {
                   .ok());
   ASSERT_TRUE(log.WaitFor("stubborn", "ready", seconds(10)));
   const auto start = Clock::now();
-  std::vector<ChildExit> exits = group.StopAll(milliseconds(200));
+  std::vector<ChildExit> exits = group.StopAll(absl::Milliseconds(200));
   const double elapsed = SecondsSince(start);
   EXPECT_GE(elapsed, 0.19);
   EXPECT_LT(elapsed, 3.0);
@@ -121,7 +121,7 @@ TEST(ProcessGroupTest, StopAllKillsAChildIgnoringSigterm) {
 TEST(ProcessGroupTest, KilledChildReportsSignal) {
   ProcessGroup group;
   ASSERT_TRUE(group.Spawn("suicide", {"/bin/sh", "-c", "kill -9 $$"}).ok());
-  std::optional<ChildExit> exit = group.WaitAny(seconds(10));
+  std::optional<ChildExit> exit = group.WaitAny(absl::Seconds(10));
   ASSERT_TRUE(exit.has_value());
   EXPECT_TRUE(exit->signaled);
   EXPECT_EQ(exit->exit_code, 137);
@@ -137,7 +137,7 @@ TEST(ProcessGroupTest, BadPathIsASpawnError) {
   EXPECT_THAT(group.Spawn("empty", {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
   EXPECT_TRUE(group.RunningLabels().empty());
-  EXPECT_FALSE(group.WaitAny(milliseconds(10)).has_value());
+  EXPECT_FALSE(group.WaitAny(absl::Milliseconds(10)).has_value());
 }
 
 TEST(ProcessGroupTest, PassesEnvironmentAdditions) {
@@ -155,7 +155,7 @@ TEST(ProcessGroupTest, PassesEnvironmentAdditions) {
                            {{"PATH", "/custom/bin"}})
                     .ok());
     for (int i = 0; i < 2; ++i) {
-      std::optional<ChildExit> exit = group.WaitAny(seconds(10));
+      std::optional<ChildExit> exit = group.WaitAny(absl::Seconds(10));
       ASSERT_TRUE(exit.has_value());
       EXPECT_EQ(exit->exit_code, 0);
     }
@@ -168,7 +168,7 @@ TEST(ProcessGroupTest, WaitAnyTimesOut) {
   ProcessGroup group;
   ASSERT_TRUE(group.Spawn("sleeper", {"/bin/sleep", "30"}).ok());
   const auto start = Clock::now();
-  EXPECT_FALSE(group.WaitAny(milliseconds(100)).has_value());
+  EXPECT_FALSE(group.WaitAny(absl::Milliseconds(100)).has_value());
   const double elapsed = SecondsSince(start);
   EXPECT_GE(elapsed, 0.09);
   EXPECT_LT(elapsed, 2.0);
@@ -186,7 +186,7 @@ TEST(ProcessGroupTest, LastLineWithoutNewlineAndNoInterleaving) {
         "i=$((i+1)); done; printf tail";
     ASSERT_TRUE(group.Spawn("a", {"/bin/sh", "-c", loop}).ok());
     ASSERT_TRUE(group.Spawn("b", {"/bin/sh", "-c", loop}).ok());
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(group.WaitAny(seconds(20)));
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(group.WaitAny(absl::Seconds(20)));
   }
   const std::string out = ::testing::internal::GetCapturedStdout();
   int lines = 0;
@@ -213,7 +213,7 @@ TEST(ProcessGroupTest, LeftoverGrandchildDoesNotBlockShutdown) {
     ASSERT_TRUE(
         group.Spawn("parent", {"/bin/sh", "-c", "sleep 30 & echo started"})
             .ok());
-    std::optional<ChildExit> exit = group.WaitAny(seconds(10));
+    std::optional<ChildExit> exit = group.WaitAny(absl::Seconds(10));
     ASSERT_TRUE(exit.has_value());
     EXPECT_EQ(exit->exit_code, 0);
   }
@@ -230,11 +230,11 @@ TEST(ProcessGroupDeathTest, InterruptEndsWaitAny) {
         if (!group.Spawn("sleeper", {"/bin/sleep", "30"}).ok()) _exit(2);
         std::raise(SIGINT);
         const auto start = Clock::now();
-        std::optional<ChildExit> exit = group.WaitAny(seconds(20));
+        std::optional<ChildExit> exit = group.WaitAny(absl::Seconds(20));
         const bool quick = SecondsSince(start) < 2.0;
         const bool ok =
             !exit.has_value() && ProcessGroup::interrupted() && quick;
-        std::vector<ChildExit> stopped = group.StopAll(seconds(5));
+        std::vector<ChildExit> stopped = group.StopAll(absl::Seconds(5));
         _exit(ok && stopped.size() == 1 ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");

@@ -1,14 +1,12 @@
 // The hetps command line as a user meets it: configuration errors name the
 // field and exit with 2; the quickstart job trains and reports.
 #include <gtest/gtest.h>
-
-#include <cctype>
-#include <fstream>
-#include <sstream>
-
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
+#include <fstream>
+#include <sstream>
 
 #include "nlohmann/json.hpp"
 #include "support/test_support.h"
@@ -39,15 +37,15 @@ TEST_P(ConfigErrorTest, LaunchExitsTwoNamingTheField) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fields, ConfigErrorTest,
-    ::testing::Values(
-        BadConfig{"cluster:\n  wokers: 3\n", "cluster.wokers"},
-        BadConfig{"cluster:\n  ps_endpoints: [\"127.0.0.1:70000\"]\n",
-                  "cluster.ps_endpoints[0]"},
-        BadConfig{"cluster:\n  ps_endpoints: [\"nohost\"]\n",
-                  "cluster.ps_endpoints[0]"},
-        BadConfig{"window: -3\n", "window"},
-        BadConfig{"train:\n  epochs: many\n", "train.epochs"},
-        BadConfig{"mode: eventually\n", "mode"}),
+    ::testing::Values(BadConfig{"cluster:\n  wokers: 3\n", "cluster.wokers"},
+                      BadConfig{
+                          "cluster:\n  ps_endpoints: [\"127.0.0.1:70000\"]\n",
+                          "cluster.ps_endpoints[0]"},
+                      BadConfig{"cluster:\n  ps_endpoints: [\"nohost\"]\n",
+                                "cluster.ps_endpoints[0]"},
+                      BadConfig{"window: -3\n", "window"},
+                      BadConfig{"train:\n  epochs: many\n", "train.epochs"},
+                      BadConfig{"mode: eventually\n", "mode"}),
     [](const ::testing::TestParamInfo<BadConfig>& info) {
       std::string name;
       for (char c : info.param.expected) {
@@ -67,9 +65,9 @@ TEST(CliTest, OverrideOfUnknownFieldExitsTwo) {
 }
 
 TEST(CliTest, MissingConfigFileExitsTwoNamingIt) {
-  const auto result = RunCommand(
-      {testing::HetpsBinary(), "launch", "/nonexistent/job.yaml"},
-      std::chrono::seconds(20));
+  const auto result =
+      RunCommand({testing::HetpsBinary(), "launch", "/nonexistent/job.yaml"},
+                 std::chrono::seconds(20));
   EXPECT_EQ(result.exit_code, 2) << result.output;
   EXPECT_THAT(result.output, HasSubstr("/nonexistent/job.yaml"));
 }
@@ -77,11 +75,11 @@ TEST(CliTest, MissingConfigFileExitsTwoNamingIt) {
 TEST(CliTest, QuickstartTrainsAndWritesTheSummary) {
   TempDir dir;
   const std::string summary = dir.path() + "/summary.json";
-  const auto result = RunCommand(
-      {testing::HetpsBinary(), "launch",
-       testing::SourcePath("examples/quickstart.yaml"), "--summary-json",
-       summary},
-      std::chrono::seconds(240));
+  const auto result =
+      RunCommand({testing::HetpsBinary(), "launch",
+                  testing::SourcePath("examples/quickstart.yaml"),
+                  "--summary-json", summary},
+                 std::chrono::seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(result.output, HasSubstr("test AUC"));
   std::ifstream in(summary);
@@ -101,10 +99,10 @@ TEST(CliTest, QuickstartTrainsAndWritesTheSummary) {
 TEST(CliTest, LaunchFailsWhenARoleFails) {
   // Model 'none' has no built-in trainer, so every worker exits with 1.
   TempDir dir;
-  const std::string path = dir.Write(
-      "job.yaml",
-      "cluster: {servers: 1, workers: 2}\ntrain: {model: none}\n"
-      "tables:\n  - {name: t, kind: sparse, dim: 2}\n");
+  const std::string path =
+      dir.Write("job.yaml",
+                "cluster: {servers: 1, workers: 2}\ntrain: {model: none}\n"
+                "tables:\n  - {name: t, kind: sparse, dim: 2}\n");
   const auto result = RunCommand({testing::HetpsBinary(), "launch", path},
                                  std::chrono::seconds(60));
   EXPECT_EQ(result.exit_code, 1) << result.output;
@@ -115,10 +113,10 @@ TEST(CliTest, LaunchFailsWhenARoleFails) {
 TEST(CliTest, CtrlCStopsEveryRoleAndExits130) {
   TempDir dir;
   // Enough data that the job is still running when the interrupt comes.
-  const std::string path = dir.Write(
-      "job.yaml",
-      "cluster: {servers: 2, workers: 2}\n"
-      "train: {epochs: 50, data: {train_samples: 400000}}\n");
+  const std::string path =
+      dir.Write("job.yaml",
+                "cluster: {servers: 2, workers: 2}\n"
+                "train: {epochs: 50, data: {train_samples: 400000}}\n");
   std::atomic<bool> training{false};
   ProcessGroup group([&](const std::string& label, const std::string& line) {
     if (label == "launch" && line.find("step") != std::string::npos) {
@@ -127,24 +125,25 @@ TEST(CliTest, CtrlCStopsEveryRoleAndExits130) {
   });
   auto pid = group.Spawn("launch", {testing::HetpsBinary(), "launch", path});
   ASSERT_TRUE(pid.ok()) << pid.status();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!training && std::chrono::steady_clock::now() < deadline) {
-    ASSERT_FALSE(group.WaitAny(std::chrono::milliseconds(100)).has_value())
+    ASSERT_FALSE(group.WaitAny(absl::Milliseconds(100)).has_value())
         << "the launch ended before it was interrupted";
   }
   ASSERT_TRUE(training) << "no progress line within 60 s";
   kill(*pid, SIGINT);
   std::optional<ChildExit> exit;
   while (!exit && std::chrono::steady_clock::now() < deadline) {
-    exit = group.WaitAny(std::chrono::milliseconds(100));
+    exit = group.WaitAny(absl::Milliseconds(100));
   }
   ASSERT_TRUE(exit.has_value()) << "launch did not stop after SIGINT";
   EXPECT_EQ(exit->exit_code, 130);
   // Every role is gone. (The pattern's brackets keep it from matching the
   // command line of the pgrep call itself.)
-  const auto ps = RunCommand(
-      {"pgrep", "-f", "hetps [sw][eo]r[vk]er --config " + path},
-      std::chrono::seconds(5));
+  const auto ps =
+      RunCommand({"pgrep", "-f", "hetps [sw][eo]r[vk]er --config " + path},
+                 std::chrono::seconds(5));
   EXPECT_EQ(ps.exit_code, 1) << "still running: " << ps.output;
 }
 

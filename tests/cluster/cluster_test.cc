@@ -1,7 +1,6 @@
 // Multi-process clusters on 127.0.0.1: real `hetps server` processes and
 // worker processes pushing known gradients, checked value by value.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <map>
@@ -10,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/roles.h"
 #include "cluster/pattern.h"
 #include "hetps/ps_client.h"
-#include "cli/roles.h"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
 #include "support/test_support.h"
@@ -29,10 +28,13 @@ std::string PatternConfig(const std::string& mode,
                           const std::vector<std::string>& endpoints,
                           int workers) {
   return absl::StrCat(R"(name: pattern
-mode: )", mode, R"(
+mode: )",
+                      mode, R"(
 cluster:
-  workers: )", workers, R"(
-  ps_endpoints: [)", absl::StrJoin(endpoints, ", "), R"(]
+  workers: )",
+                      workers, R"(
+  ps_endpoints: [)",
+                      absl::StrJoin(endpoints, ", "), R"(]
 client:
   connect_deadline_s: 30
 server:
@@ -69,16 +71,17 @@ Final RunPattern(const std::string& mode, int rounds,
   ServerProcesses servers;
   EXPECT_TRUE(servers.Start(config, 2, std::chrono::seconds(30)));
   for (int w = 0; w < 3; ++w) {
-    auto pid = servers.group().Spawn(
-        absl::StrCat("worker ", w),
-        {HETPS_PATTERN_WORKER, config, std::to_string(w),
-         std::to_string(rounds)});
+    auto pid =
+        servers.group().Spawn(absl::StrCat("worker ", w),
+                              {HETPS_PATTERN_WORKER, config, std::to_string(w),
+                               std::to_string(rounds)});
     EXPECT_TRUE(pid.ok()) << pid.status();
   }
   int done = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (done < 3 && std::chrono::steady_clock::now() < deadline) {
-    auto exit = servers.group().WaitAny(std::chrono::milliseconds(100));
+    auto exit = servers.group().WaitAny(absl::Milliseconds(100));
     if (!exit) continue;
     EXPECT_EQ(exit->exit_code, 0) << exit->label;
     EXPECT_THAT(exit->label, HasSubstr("worker"));
@@ -96,8 +99,9 @@ Final RunPattern(const std::string& mode, int rounds,
   std::vector<float> rows(keys.size() * pattern::kDim);
   EXPECT_TRUE((*client)->PullSparse(pattern::kSparse, keys, rows).ok());
   for (size_t i = 0; i < keys.size(); ++i) {
-    final.rows[keys[i]] = std::vector<float>(
-        rows.begin() + i * pattern::kDim, rows.begin() + (i + 1) * pattern::kDim);
+    final.rows[keys[i]] =
+        std::vector<float>(rows.begin() + i * pattern::kDim,
+                           rows.begin() + (i + 1) * pattern::kDim);
   }
   final.dense.resize(pattern::kDenseSize);
   EXPECT_TRUE((*client)->PullDense(pattern::kDense, final.dense).ok());
@@ -204,10 +208,16 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
     }
   });
   auto server_args = [&](int rank) {
-    return std::vector<std::string>{
-        testing::HetpsBinary(), "server", "--config", config_path, "--rank",
-        std::to_string(rank), "--checkpoint-dir", ckpt_dir,
-        "--checkpoint-every", "5"};
+    return std::vector<std::string>{testing::HetpsBinary(),
+                                    "server",
+                                    "--config",
+                                    config_path,
+                                    "--rank",
+                                    std::to_string(rank),
+                                    "--checkpoint-dir",
+                                    ckpt_dir,
+                                    "--checkpoint-every",
+                                    "5"};
   };
   ASSERT_TRUE(group.Spawn("server 0", server_args(0)).ok());
   auto server1 = group.Spawn("server 1", server_args(1));
@@ -218,8 +228,9 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(listening, 2);
-  ASSERT_TRUE(group.Spawn("worker 0", {HETPS_PATTERN_WORKER, config_path, "0",
-                                       std::to_string(kLongRounds), "40"})
+  ASSERT_TRUE(group
+                  .Spawn("worker 0", {HETPS_PATTERN_WORKER, config_path, "0",
+                                      std::to_string(kLongRounds), "40"})
                   .ok());
 
   // Kill server 1 once it has checkpointed round 20 or later.
@@ -234,7 +245,7 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
   // A few rounds after the checkpoint: they are lost on server 1.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_EQ(kill(*server1, SIGKILL), 0);
-  auto killed = group.WaitAny(std::chrono::seconds(10));
+  auto killed = group.WaitAny(absl::Seconds(10));
   ASSERT_TRUE(killed.has_value());
   ASSERT_EQ(killed->label, "server 1");
 
@@ -256,7 +267,7 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
   std::vector<std::string> again = server_args(1);
   again.push_back("--resume");
   ASSERT_TRUE(group.Spawn("server 1 again", again).ok());
-  auto done = group.WaitAny(std::chrono::seconds(120));
+  auto done = group.WaitAny(absl::Seconds(120));
   ASSERT_TRUE(done.has_value()) << "the worker did not finish";
   EXPECT_EQ(done->label, "worker 0");
   EXPECT_EQ(done->exit_code, 0) << "the worker must wait and retry";
@@ -286,7 +297,10 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
   int on_server1 = 0;
   for (uint64_t key : CheckedKeys()) {
     std::vector<float> row(pattern::kDim);
-    ASSERT_TRUE((*client)->PullSparse(pattern::kSparse, std::vector<uint64_t>{key}, row).ok());
+    ASSERT_TRUE(
+        (*client)
+            ->PullSparse(pattern::kSparse, std::vector<uint64_t>{key}, row)
+            .ok());
     std::vector<float> expected(pattern::kDim, 0.0f);
     int from = 0;
     if (shard_map.ServerOf(key) == 1) {
@@ -300,13 +314,14 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
         expected[c] -= pattern::kLearningRate * WorkerGrad(0, r, key, c);
       }
     }
-    EXPECT_EQ(row, expected) << "key " << key << " on server "
-                             << shard_map.ServerOf(key);
+    EXPECT_EQ(row, expected)
+        << "key " << key << " on server " << shard_map.ServerOf(key);
   }
   EXPECT_GT(on_server1, 0);
   std::vector<float> dense(pattern::kDenseSize);
   ASSERT_TRUE((*client)->PullDense(pattern::kDense, dense).ok());
-  const DenseTable::Snapshot slice = (*saved)->dense_table(pattern::kDense)->Save();
+  const DenseTable::Snapshot slice =
+      (*saved)->dense_table(pattern::kDense)->Save();
   const uint64_t offset = (*saved)->dense_table(pattern::kDense)->offset();
   for (uint64_t i = 0; i < pattern::kDenseSize; ++i) {
     const bool restored = i >= offset && i - offset < slice.weights.size();
@@ -320,11 +335,11 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
 
 TEST(ClusterTest, UnreachableServerFailsWithinTheDeadlineNamingIt) {
   const std::string endpoint = testing::FreeEndpoints(1)[0];
-  const auto result = RunCommand(
-      {testing::HetpsBinary(), "worker", "--rank", "0", "--set",
-       "cluster.ps_endpoints=" + endpoint, "--set", "cluster.workers=1",
-       "--set", "client.connect_deadline_s=2"},
-      std::chrono::seconds(30));
+  const auto result =
+      RunCommand({testing::HetpsBinary(), "worker", "--rank", "0", "--set",
+                  "cluster.ps_endpoints=" + endpoint, "--set",
+                  "cluster.workers=1", "--set", "client.connect_deadline_s=2"},
+                 std::chrono::seconds(30));
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_THAT(result.output, HasSubstr(endpoint));
   EXPECT_THAT(result.output, HasSubstr("unreachable"));
@@ -343,17 +358,18 @@ TEST(ClusterTest, WorkerStartedBeforeItsServersWaitsAndSucceeds) {
                    "test_samples: 500}\nclient:\n  connect_deadline_s: 30\n"));
   ServerProcesses cluster;
   auto worker = cluster.group().Spawn(
-      "worker 0", {testing::HetpsBinary(), "worker", "--config", config,
-                   "--rank", "0"});
+      "worker 0",
+      {testing::HetpsBinary(), "worker", "--config", config, "--rank", "0"});
   ASSERT_TRUE(worker.ok()) << worker.status();
   std::this_thread::sleep_for(std::chrono::seconds(2));
   EXPECT_EQ(cluster.group().RunningLabels().size(), 1u)
       << "the worker must still be waiting for its servers";
   ASSERT_TRUE(cluster.Start(config, 2, std::chrono::seconds(30)));
   std::optional<ChildExit> exit;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!exit && std::chrono::steady_clock::now() < deadline) {
-    exit = cluster.group().WaitAny(std::chrono::milliseconds(100));
+    exit = cluster.group().WaitAny(absl::Milliseconds(100));
   }
   ASSERT_TRUE(exit.has_value()) << "worker did not finish";
   EXPECT_EQ(exit->label, "worker 0");

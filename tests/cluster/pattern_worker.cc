@@ -6,11 +6,11 @@
 //   hetps_pattern_worker CONFIG RANK ROUNDS [PAUSE_MS]
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "cluster/pattern.h"
-#include "coord/coordinator.h"
+#include "coord/coordinator_client.h"
 #include "hetps/config.h"
 #include "hetps/ps_client.h"
 
@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
     const hetps::pattern::Step step = hetps::pattern::StepOf(rank, r);
     std::vector<float> rows(step.keys.size() * hetps::pattern::kDim);
     std::vector<float> dense(hetps::pattern::kDenseSize);
-    if (auto s = (*client)->PullSparse(hetps::pattern::kSparse, step.keys, rows);
+    if (auto s =
+            (*client)->PullSparse(hetps::pattern::kSparse, step.keys, rows);
         !s.ok()) {
       std::fprintf(stderr, "pull: %s\n", s.ToString().c_str());
       return 1;

@@ -1,92 +1,139 @@
+// The coordinator service in process, on a FakeClock, its servers reached
+// through stubs that fail on purpose (no server runs here).
 #include "coord/coordinator.h"
 
 #include <gtest/gtest.h>
 
-#include <map>
-#include <vector>
-
+#include "gmock/gmock.h"
 #include "hetps/version.h"
+#include "support/fake_clock.h"
+#include "support/faulty_stub.h"
 
 namespace hetps {
 namespace {
 
-// Every record of every epoch is handed out exactly once, whole chunks
-// first, the job's last chunks in quarters.
-TEST(CoordinatorChunksTest, EveryRecordOnceAndTheTailInQuarters) {
-  JobConfig config;
-  config.cluster.workers = 2;
-  config.cluster.ps_endpoints = {"127.0.0.1:1"};
-  config.train.epochs = 2;
-  config.train.data.chunks = 8;
-  Coordinator coordinator(config);
-  EXPECT_EQ(TrainChunks(config), 8u);
+using testing::FakeClock;
+using testing::FaultPlan;
+using testing::FaultyStubs;
+using ::testing::HasSubstr;
 
-  rpc::ChunkRequest request;
-  request.set_protocol_version(kProtocolVersion);
-  std::vector<rpc::ChunkResponse> given;
-  for (int i = 0; i < 100; ++i) {
-    request.set_rank(i % 2);
-    rpc::ChunkResponse response;
-    ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &response).ok());
-    if (response.done()) break;
-    given.push_back(response);
-  }
-  // 16 chunks: 12 whole, the last 4 as 4 quarters each.
-  ASSERT_EQ(given.size(), 12u + 16u);
-  for (size_t i = 0; i < given.size(); ++i) {
-    EXPECT_EQ(given[i].chunks(), i < 12 ? 8u : 32u) << i;
-    EXPECT_EQ(given[i].epoch(), i < 8 ? 0u : 1u) << i;
-  }
-  // Record r of the split belongs to shard r mod chunks.
-  for (uint32_t epoch = 0; epoch < 2; ++epoch) {
-    for (uint64_t r = 0; r < 1000; ++r) {
-      int owners = 0;
-      for (const rpc::ChunkResponse& c : given) {
-        owners += c.epoch() == epoch && r % c.chunks() == c.chunk();
-      }
-      EXPECT_EQ(owners, 1) << "record " << r << " epoch " << epoch;
-    }
-  }
-  rpc::ChunkResponse after;
-  ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &after).ok());
-  EXPECT_TRUE(after.done());
-  // Out-of-range ranks are refused.
-  request.set_rank(7);
-  EXPECT_EQ(coordinator.NextChunk(nullptr, &request, &after).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
-}
-
-TEST(CoordinatorChunksTest, ADeadWorkersChunkGoesBackToTheQueue) {
+JobConfig TwoWorkerJob() {
   JobConfig config;
   config.cluster.workers = 2;
   config.cluster.ps_endpoints = {"127.0.0.1:1"};
   config.train.epochs = 1;
   config.train.data.chunks = 64;
-  // No server listens: the membership broadcast of the Leave gives up fast.
-  config.client.connect_deadline_s = 0.2;
-  Coordinator coordinator(config);
-  rpc::ChunkRequest request;
-  request.set_protocol_version(kProtocolVersion);
-  rpc::ChunkResponse held, next;
-  request.set_rank(1);
-  ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &held).ok());
-  // Worker 1 leaves as a crash would (not after asking for more).
+  config.server.heartbeat_timeout_s = 5;
+  config.client.connect_deadline_s = 10;
+  return config;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  CoordinatorTest() : coordinator_(config_, 0, clock_, FaultyStubs(plan_)) {
+    plan_.SetDead(true);  // no server: every broadcast fails at once
+  }
+
+  void Register(uint32_t rank) {
+    rpc::RegisterRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_rank(rank);
+    rpc::RegisterResponse resp;
+    ASSERT_TRUE(coordinator_.Register(nullptr, &req, &resp).ok());
+  }
+  void Heartbeat(uint32_t rank) {
+    rpc::HeartbeatRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_rank(rank);
+    req.mutable_progress()->set_clock(7);
+    rpc::HeartbeatResponse resp;
+    ASSERT_TRUE(coordinator_.Heartbeat(nullptr, &req, &resp).ok());
+  }
+  rpc::ChunkResponse NextChunk(uint32_t rank) {
+    rpc::ChunkRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_rank(rank);
+    rpc::ChunkResponse resp;
+    EXPECT_TRUE(coordinator_.NextChunk(nullptr, &req, &resp).ok());
+    return resp;
+  }
+  rpc::StatusResponse Status() {
+    rpc::StatusRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    rpc::StatusResponse resp;
+    EXPECT_TRUE(coordinator_.GetStatus(nullptr, &req, &resp).ok());
+    return resp;
+  }
+
+  const JobConfig config_ = TwoWorkerJob();
+  FakeClock clock_;
+  FaultPlan plan_;
+  Coordinator coordinator_;
+};
+
+// Liveness on the coordinator's clock: nothing sleeps, the timeout is met
+// to the millisecond, and the wall clock plays no part.
+TEST_F(CoordinatorTest, ASilentWorkerIsDroppedAfterTheHeartbeatTimeout) {
+  Register(0);
+  Register(1);
+  const rpc::ChunkResponse held = NextChunk(1);
+  clock_.Advance(absl::Seconds(4));
+  Heartbeat(0);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(coordinator_.ExpireSilentWorkers().empty());
+  clock_.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(coordinator_.ExpireSilentWorkers(), (std::vector<uint32_t>{1}));
+  EXPECT_EQ(coordinator_.LiveWorkers(), (std::vector<uint32_t>{0}));
+  EXPECT_EQ(coordinator_.epoch(), 2u);
+  // The new live set went to the server (which is down: the coordinator
+  // logs it and goes on).
+  EXPECT_EQ(plan_.calls("UpdateMembership"), 1);
+  // Its chunk goes to whoever asks next.
+  EXPECT_EQ(NextChunk(0).chunk(), held.chunk());
+  const rpc::StatusResponse status = Status();
+  ASSERT_EQ(status.workers_size(), 2);
+  EXPECT_FALSE(status.workers(1).live());
+  EXPECT_EQ(status.workers(1).left_reason(), "no heartbeat for 5.5s");
+  EXPECT_EQ(status.workers(0).progress().clock(), 7u);
+  EXPECT_DOUBLE_EQ(status.workers(0).last_heartbeat_age_s(), 1.5);
+  EXPECT_EQ(status.requeued_chunks(), 1u);
+  EXPECT_FALSE(status.servers(0).reachable());
+}
+
+TEST_F(CoordinatorTest, RanksOutsideTheJobAreRefused) {
+  rpc::ChunkRequest req;
+  req.set_protocol_version(kProtocolVersion);
+  req.set_rank(7);
+  rpc::ChunkResponse resp;
+  const grpc::Status s = coordinator_.NextChunk(nullptr, &req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("the job has 2 workers"));
+  rpc::HeartbeatRequest beat;
+  beat.set_protocol_version(kProtocolVersion);
+  beat.set_rank(2);
+  rpc::HeartbeatResponse beat_resp;
+  EXPECT_EQ(coordinator_.Heartbeat(nullptr, &beat, &beat_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(CoordinatorTest, LeavingGivesTheHeldChunkBack) {
+  const rpc::ChunkResponse held = NextChunk(1);
   rpc::LeaveRequest leave;
   leave.set_protocol_version(kProtocolVersion);
   leave.set_rank(1);
-  leave.set_reason("no heartbeat for 10s");
+  leave.set_reason("crashed");
   rpc::LeaveResponse left;
-  ASSERT_TRUE(coordinator.Leave(nullptr, &leave, &left).ok());
-  request.set_rank(0);
-  ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &next).ok());
-  EXPECT_EQ(next.chunk(), held.chunk());
-  EXPECT_EQ(next.chunks(), held.chunks());
-  EXPECT_EQ(next.epoch(), held.epoch());
-  // A worker that asked for its next chunk before leaving gives nothing
-  // back: the chunk after `next` is a new one.
-  rpc::ChunkResponse after;
-  ASSERT_TRUE(coordinator.NextChunk(nullptr, &request, &after).ok());
-  EXPECT_EQ(after.chunk(), held.chunk() + 1);
+  ASSERT_TRUE(coordinator_.Leave(nullptr, &leave, &left).ok());
+  EXPECT_EQ(left.epoch(), 2u);
+  EXPECT_EQ(NextChunk(0).chunk(), held.chunk());
+}
+
+TEST(TrainChunksTest, SixteenPerWorkerUnlessConfigured) {
+  JobConfig config;
+  config.cluster.workers = 3;
+  EXPECT_EQ(TrainChunks(config), 48u);
+  config.train.data.chunks = 8;
+  EXPECT_EQ(TrainChunks(config), 8u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/fake_clock.h"
 #include "table/optimizer.h"
 
 namespace hetps {
@@ -62,6 +63,10 @@ class AggregatorTest : public ::testing::Test {
     return out;
   }
 
+  // Every aggregator here runs on it: deadlines and the time bound move
+  // only when a test says so, and a test waits until a pull is blocked
+  // (clock_.AwaitWaiting) instead of sleeping.
+  testing::FakeClock clock_;
   SparseTable sparse_;
   DenseTable dense_;
   // Keep payloads alive (views point into them); deque-like stability.
@@ -77,7 +82,7 @@ class AggregatorTest : public ::testing::Test {
 };
 
 TEST_F(AggregatorTest, SyncMergesByBatchSizeAndAppliesOncePerRound) {
-  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
   // Worker 0 (batch 1) and worker 1 (batch 3) both touch key 7; only worker
   // 1 touches key 9. Merged = Σ b·g / Σ b with Σ b = 4.
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1.0f, 2.0f}, {4, 0, 0})).ok());
@@ -96,7 +101,7 @@ TEST_F(AggregatorTest, SyncMergesByBatchSizeAndAppliesOncePerRound) {
 }
 
 TEST_F(AggregatorTest, SyncRetriedPushIsNotAppliedTwice) {
-  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   // The same push again (a retry whose first reply was lost).
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
@@ -111,11 +116,10 @@ TEST_F(AggregatorTest, SyncRetriedPushIsNotAppliedTwice) {
 // rounds before close empty once every live worker is known past them, and
 // round 5 is applied from the pushes that arrive.
 TEST_F(AggregatorTest, SyncRestartedServerJoinsTheRoundItsWorkersAreIn) {
-  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
   // Worker 0 pulls at clock 6 (it pushed round 5 elsewhere before the
   // restart); worker 1 retries its push of round 5.
-  absl::Status early =
-      agg->AwaitPull(0, 6, absl::Now() + absl::Milliseconds(50), nullptr);
+  absl::Status early = agg->AwaitPull(0, 6, clock_.Now(), nullptr);
   EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded)
       << "worker 1 is not known past round 0 yet";
   EXPECT_EQ(agg->applied_rounds(), 0u);
@@ -124,20 +128,20 @@ TEST_F(AggregatorTest, SyncRestartedServerJoinsTheRoundItsWorkersAreIn) {
   // (worker 0 is past it): applied once, as its only gradient.
   EXPECT_EQ(agg->applied_rounds(), 6u);
   EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));
-  EXPECT_TRUE(
-      agg->AwaitPull(0, 6, absl::Now() + absl::Seconds(1), nullptr).ok());
+  EXPECT_TRUE(agg->AwaitPull(0, 6, clock_.Now(), nullptr).ok());
   EXPECT_EQ(agg->RejoinClock(1), 6u);
 }
 
 TEST_F(AggregatorTest, RejoinClockIsWhereTheJobIs) {
-  auto async = *Aggregator::Create(ConsistencyMode::kAsync, 2);
+  auto async = *Aggregator::Create(ConsistencyMode::kAsync, 2, {}, clock_);
   ASSERT_TRUE(async->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   ASSERT_TRUE(async->Push(MakePush(1, 1, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   EXPECT_EQ(async->RejoinClock(1), 2u);
   EXPECT_EQ(async->RejoinClock(0), 0u);
   SemiAsyncOptions options;
   options.window = 8;
-  auto semi = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  auto semi =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
   for (uint64_t c = 0; c < 4; ++c) {
     ASSERT_TRUE(semi->Push(MakePush(0, c, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   }
@@ -150,7 +154,7 @@ TEST_F(AggregatorTest, RejoinClockIsWhereTheJobIs) {
 // Worker 0 pushed round 0 and left; worker 1 is gone too before pushing:
 // the round is applied with what it holds, not dropped.
 TEST_F(AggregatorTest, SyncAppliesAPushedRoundWhenEveryWorkerIsGone) {
-  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {2, 2}, {0, 0, 0})).ok());
   EXPECT_EQ(agg->applied_rounds(), 0u);
   agg->UpdateMembership(1, {});
@@ -159,26 +163,24 @@ TEST_F(AggregatorTest, SyncAppliesAPushedRoundWhenEveryWorkerIsGone) {
 }
 
 TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
-  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2);
-  ASSERT_TRUE(
-      agg->AwaitPull(0, 0, absl::Now() + absl::Seconds(1), nullptr).ok());
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
+  ASSERT_TRUE(agg->AwaitPull(0, 0, clock_.Now(), nullptr).ok());
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
-  absl::Status s =
-      agg->AwaitPull(0, 1, absl::Now() + absl::Milliseconds(100), nullptr);
+  absl::Status s = agg->AwaitPull(0, 1, clock_.Now(), nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("workers [1]"), std::string::npos) << s;
   // Once worker 1 pushes, the waiting pull is released.
   std::thread pusher([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    clock_.AwaitWaiting(1);  // the pull below is blocked
     ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   });
   EXPECT_TRUE(
-      agg->AwaitPull(0, 1, absl::Now() + absl::Seconds(10), nullptr).ok());
+      agg->AwaitPull(0, 1, clock_.Now() + absl::Seconds(10), nullptr).ok());
   pusher.join();
 }
 
 TEST_F(AggregatorTest, SyncStopsWaitingForAWorkerThatLeft) {
-  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 3);
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 3, {}, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {1, 1}, {0, 0, 0})).ok());
   ASSERT_TRUE(agg->Push(MakePush(1, 0, 2, {7}, {1, 1}, {0, 0, 0})).ok());
   EXPECT_EQ(agg->applied_rounds(), 0u);
@@ -195,7 +197,7 @@ TEST_F(AggregatorTest, SyncStopsWaitingForAWorkerThatLeft) {
 }
 
 TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
-  auto agg = *Aggregator::Create(ConsistencyMode::kAsync, 2);
+  auto agg = *Aggregator::Create(ConsistencyMode::kAsync, 2, {}, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 4, {7}, {1, 0}, {2, 0, 0})).ok());
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, 0.0f}));
   ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 0}, {0, 0, 0})).ok());
@@ -204,76 +206,64 @@ TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
   EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, 0.0f}));
   EXPECT_EQ(Dense(), (std::vector<float>{-1.0f, 0.0f, 0.0f}));
   EXPECT_EQ(agg->applied_rounds(), 2u);
-  EXPECT_TRUE(agg->AwaitPull(0, 100, absl::Now(), nullptr).ok());
+  EXPECT_TRUE(agg->AwaitPull(0, 100, clock_.Now(), nullptr).ok());
 }
 
 // ------------------------------------------------------------ semi_async
 
-// A hand-driven clock for the time bound.
-struct FakeTime {
-  absl::Time now = absl::UnixEpoch();
-  std::function<absl::Time()> fn() {
-    return [this] { return now; };
-  }
-};
-
 std::unique_ptr<Aggregator> SemiAsync(uint32_t workers, uint32_t window,
-                                      FakeTime* time = nullptr) {
+                                      Clock& clock) {
   SemiAsyncOptions options;
   options.window = window;
   options.config.flush_after_s = 1.0;
   options.config.staleness_decay = 0.5;
-  if (time != nullptr) options.now = time->fn();
   return *Aggregator::Create(ConsistencyMode::kSemiAsync, workers,
-                             std::move(options));
+                             std::move(options), clock);
 }
 
-absl::Time Soon() { return absl::Now() + absl::Milliseconds(200); }
-
 TEST_F(AggregatorTest, SemiAsyncAppliesWhenTheQueueHoldsWindowPushes) {
-  auto agg = SemiAsync(3, 2);
+  auto agg = SemiAsync(3, 2, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {2, 0}, {0, 0, 0})).ok());
   EXPECT_EQ(Row(7), (std::vector<float>{0, 0}));  // queued, not applied
-  EXPECT_EQ(agg->Stats().queue_length, 1u);
+  EXPECT_EQ(agg->Stats().queue_length(), 1u);
   ASSERT_TRUE(agg->Push(MakePush(0, 1, 3, {7}, {2, 4}, {0, 0, 0})).ok());
   // Σ b·g / Σ b = (1·(2,0) + 3·(2,4)) / 4 = (2, 3); sgd lr 0.5.
   EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.5f}));
   const AggregatorStats st = agg->Stats();
-  EXPECT_EQ(st.applies, 1u);
-  EXPECT_EQ(st.applies_by_window, 1u);
-  EXPECT_EQ(st.queue_length, 0u);
-  EXPECT_EQ(st.pushes, 2u);
-  EXPECT_EQ(st.pushes_into_empty, 1u);
+  EXPECT_EQ(st.applies(), 1u);
+  EXPECT_EQ(st.applies_by_window(), 1u);
+  EXPECT_EQ(st.queue_length(), 0u);
+  EXPECT_EQ(st.pushes(), 2u);
+  EXPECT_EQ(st.pushes_into_empty(), 1u);
 }
 
 TEST_F(AggregatorTest, SemiAsyncAppliesOnceEveryLiveWorkerContributed) {
-  auto agg = SemiAsync(2, 10);
+  auto agg = SemiAsync(2, 10, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   EXPECT_EQ(agg->applied_rounds(), 0u);
   ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   EXPECT_EQ(agg->applied_rounds(), 1u);
-  EXPECT_EQ(agg->Stats().applies_by_all, 1u);
+  EXPECT_EQ(agg->Stats().applies_by_all(), 1u);
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
 }
 
 TEST_F(AggregatorTest, SemiAsyncTimeBoundAppliesAnOldQueue) {
-  FakeTime time;
-  auto agg = SemiAsync(3, 10, &time);
+  auto agg = SemiAsync(3, 10, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
-  time.now += absl::Milliseconds(999);
-  ASSERT_TRUE(agg->AwaitPull(0, 1, Soon(), nullptr).ok());
+  clock_.Advance(absl::Milliseconds(999));
+  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
   EXPECT_EQ(agg->applied_rounds(), 0u);  // not old enough yet
-  time.now += absl::Milliseconds(1);
-  ASSERT_TRUE(agg->AwaitPull(0, 1, Soon(), nullptr).ok());
+  clock_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
   EXPECT_EQ(agg->applied_rounds(), 1u);
-  EXPECT_EQ(agg->Stats().applies_by_time, 1u);
+  EXPECT_EQ(agg->Stats().applies_by_time(), 1u);
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
 }
 
 TEST_F(AggregatorTest, SemiAsyncWeighsStaleGradientsDown) {
   // Window 1: every push is applied at once, so versions count pushes.
-  auto agg = SemiAsync(2, 1);
-  ASSERT_TRUE(agg->AwaitPull(0, 0, Soon(), nullptr).ok());  // w0 reads v0
+  auto agg = SemiAsync(2, 1, clock_);
+  ASSERT_TRUE(agg->AwaitPull(0, 0, clock_.Now(), nullptr).ok());  // w0 reads v0
   std::vector<float> read(2);
   const uint64_t key = 7;
   agg->PullSparse(0, &sparse_, {&key, 1}, read);
@@ -284,11 +274,11 @@ TEST_F(AggregatorTest, SemiAsyncWeighsStaleGradientsDown) {
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 4, {7}, {2, 2}, {0, 0, 0})).ok());
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
   const AggregatorStats st = agg->Stats();
-  EXPECT_EQ(st.max_staleness, 2u);
-  ASSERT_EQ(st.clocks.size(), 2u);
-  EXPECT_EQ(st.clocks[0].last_staleness, 2u);
-  EXPECT_EQ(st.clocks[0].clock, 1u);
-  EXPECT_EQ(st.clocks[1].clock, 2u);
+  EXPECT_EQ(st.max_staleness(), 2u);
+  ASSERT_EQ(st.clocks_size(), 2);
+  EXPECT_EQ(st.clocks(0).last_staleness(), 2u);
+  EXPECT_EQ(st.clocks(0).clock(), 1u);
+  EXPECT_EQ(st.clocks(1).clock(), 2u);
 }
 
 // A live worker's pull while the queue holds pushes reads the rows as the
@@ -298,11 +288,12 @@ TEST_F(AggregatorTest, SemiAsyncReadsAheadOfTheQueue) {
   SemiAsyncOptions options;
   options.window = 10;
   options.job_batch = 4;
-  auto agg = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  auto agg =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
   const uint64_t key = 7;
   std::vector<float> read(2), dense(3);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {1, 0, 0})).ok());
-  ASSERT_TRUE(agg->AwaitPull(0, 1, Soon(), nullptr).ok());
+  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
   agg->PullSparse(0, &sparse_, {&key, 1}, read);
   agg->PullDense(0, &dense_, dense);
   // Mean gradient (2, 4), sgd lr 0.5, half a step.
@@ -322,21 +313,22 @@ TEST_F(AggregatorTest, SemiAsyncReadsAheadOfTheQueue) {
   // Worker 0 read ahead of apply 1 and pushes after it: not stale.
   ASSERT_TRUE(agg->Push(MakePush(0, 1, 2, {7}, {0, 0}, {0, 0, 0})).ok());
   const AggregatorStats st = agg->Stats();
-  EXPECT_EQ(st.max_staleness, 0u);
-  EXPECT_EQ(st.pulls_ahead, 2u);  // worker 0's sparse and dense reads
+  EXPECT_EQ(st.max_staleness(), 0u);
+  EXPECT_EQ(st.pulls_ahead(), 2u);  // worker 0's sparse and dense reads
 }
 
 TEST_F(AggregatorTest, SemiAsyncLookaheadOffReadsTheTables) {
   SemiAsyncOptions options;
   options.window = 10;
   options.config.lookahead = false;
-  auto agg = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  auto agg =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {0, 0, 0})).ok());
   const uint64_t key = 7;
   std::vector<float> read(2, 9.0f);
   agg->PullSparse(0, &sparse_, {&key, 1}, read);
   EXPECT_EQ(read, (std::vector<float>{0.0f, 0.0f}));
-  EXPECT_EQ(agg->Stats().pulls_ahead, 0u);
+  EXPECT_EQ(agg->Stats().pulls_ahead(), 0u);
 }
 
 // The staleness weight shortens the step under adagrad too, where a weight
@@ -348,7 +340,7 @@ TEST_F(AggregatorTest, SemiAsyncStaleWeightShortensAnAdagradStep) {
   config.optimizer.epsilon = 1e-12f;
   auto run = [&](uint64_t stale_by) {
     SparseTable table(config, *Optimizer::Create(config.optimizer), 1);
-    auto agg = SemiAsync(2, 1);
+    auto agg = SemiAsync(2, 1, clock_);
     const uint64_t key = 5, other = 6;
     std::vector<float> read(1);
     agg->PullSparse(0, &table, {&key, 1}, read);  // worker 0 reads v0
@@ -382,7 +374,8 @@ TEST_F(AggregatorTest, SemiAsyncEveryoneContributedWaitsForEnoughSamples) {
   options.window = 100;
   options.job_batch = 8;
   options.config.min_apply_fraction = 0.5;  // 4 samples
-  auto agg = *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options);
+  auto agg =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
   agg->UpdateMembership(1, {1});  // worker 0 finished
   for (uint64_t c = 0; c < 3; ++c) {
     ASSERT_TRUE(agg->Push(MakePush(1, c, 1, {7}, {2, 2}, {0, 0, 0})).ok());
@@ -402,65 +395,65 @@ TEST_F(AggregatorTest, SemiAsyncEveryoneContributedWaitsForEnoughSamples) {
 }
 
 TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {
-  auto agg = SemiAsync(2, 2);
+  auto agg = SemiAsync(2, 2, clock_);
   for (uint64_t c = 0; c < 3; ++c) {
     ASSERT_TRUE(agg->Push(MakePush(0, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
   }
   // Worker 0 has made 3 pushes, worker 1 none: 3 - 0 > window 2.
-  absl::Status held = agg->AwaitPull(0, 3, Soon(), nullptr);
+  absl::Status held = agg->AwaitPull(0, 3, clock_.Now(), nullptr);
   EXPECT_EQ(held.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(held.message().find("slowest live worker (clock 0, window 2)"),
             std::string::npos)
       << held;
-  ASSERT_TRUE(agg->AwaitPull(0, 2, Soon(), nullptr).ok());  // 2 - 0 <= 2
+  ASSERT_TRUE(agg->AwaitPull(0, 2, clock_.Now(), nullptr).ok());  // 2 - 0 <= 2
   // Released as soon as worker 1 pushes once.
   std::thread slow([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    clock_.AwaitWaiting(1);  // the pull below is blocked
     ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
   });
   EXPECT_TRUE(
-      agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
+      agg->AwaitPull(0, 3, clock_.Now() + absl::Seconds(10), nullptr).ok());
   slow.join();
   const AggregatorStats st = agg->Stats();
-  EXPECT_EQ(st.ssp_waits, 2u);  // the timed-out pull and the released one
-  EXPECT_EQ(st.max_pull_lead, 2u);
-  EXPECT_EQ(st.bound_violations, 0u);
+  EXPECT_EQ(st.ssp_waits(), 2u);  // the timed-out pull and the released one
+  EXPECT_EQ(st.max_pull_lead(), 2u);
+  EXPECT_EQ(st.bound_violations(), 0u);
 }
 
 TEST_F(AggregatorTest, SemiAsyncStopsWaitingForAWorkerThatLeft) {
-  auto agg = SemiAsync(2, 1);
+  auto agg = SemiAsync(2, 1, clock_);
   for (uint64_t c = 0; c < 3; ++c) {
     ASSERT_TRUE(agg->Push(MakePush(0, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
   }
   std::thread drop([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    clock_.AwaitWaiting(1);  // the pull below is blocked
     agg->UpdateMembership(2, {0});
   });
   EXPECT_TRUE(
-      agg->AwaitPull(0, 3, absl::Now() + absl::Seconds(10), nullptr).ok());
+      agg->AwaitPull(0, 3, clock_.Now() + absl::Seconds(10), nullptr).ok());
   drop.join();
   // Alone in the live set, worker 0's pushes apply on arrival.
-  auto window4 = SemiAsync(2, 4);
+  auto window4 = SemiAsync(2, 4, clock_);
   window4->UpdateMembership(2, {0});
   ASSERT_TRUE(window4->Push(MakePush(0, 0, 1, {8}, {2, 2}, {0, 0, 0})).ok());
   EXPECT_EQ(window4->applied_rounds(), 1u);
 }
 
 TEST_F(AggregatorTest, SemiAsyncNewWindowTakesEffectAtOnce) {
-  auto agg = SemiAsync(3, 4);
+  auto agg = SemiAsync(3, 4, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   ASSERT_TRUE(agg->Push(MakePush(0, 1, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   EXPECT_EQ(agg->applied_rounds(), 0u);
   agg->SetWindow(2);  // the queue already holds 2
   EXPECT_EQ(agg->applied_rounds(), 1u);
-  EXPECT_EQ(agg->Stats().window, 2u);
+  EXPECT_EQ(agg->Stats().window(), 2u);
 }
 
 TEST_F(AggregatorTest, SemiAsyncRetriedPushIsNotAppliedTwice) {
-  auto agg = SemiAsync(2, 1);
+  auto agg = SemiAsync(2, 1, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
-  EXPECT_EQ(agg->Stats().pushes, 1u);
+  EXPECT_EQ(agg->Stats().pushes(), 1u);
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
 }
 

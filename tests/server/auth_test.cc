@@ -201,7 +201,7 @@ TEST_F(AuthTest, CoordinatorCallsNeedTheTokenToo) {
     rpc::HeartbeatRequest beat;
     beat.set_protocol_version(kProtocolVersion);
     beat.set_role(rpc::ROLE_WORKER);
-    beat.set_clock(100);
+    beat.mutable_progress()->set_clock(100);
     rpc::HeartbeatResponse beat_resp;
     EXPECT_EQ(coordinator(bad)
                   ->Heartbeat(&heartbeat_ctx, beat, &beat_resp)
@@ -224,7 +224,7 @@ TEST_F(AuthTest, CoordinatorCallsNeedTheTokenToo) {
   rpc::StatusResponse resp;
   ASSERT_TRUE(coordinator(WithToken(kToken))->GetStatus(&ctx, req, &resp).ok());
   ASSERT_EQ(resp.workers_size(), 1);
-  EXPECT_EQ(resp.workers(0).clock(), 0u);
+  EXPECT_EQ(resp.workers(0).progress().clock(), 0u);
 }
 
 TEST_F(AuthTest, PlaintextClientIsRefusedByTlsServer) {

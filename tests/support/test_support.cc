@@ -82,8 +82,7 @@ std::optional<pid_t> FindProcess(const std::vector<std::string>& args,
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
     std::error_code ec;
-    for (const auto& entry :
-         std::filesystem::directory_iterator("/proc", ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
       const std::string name = entry.path().filename();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
       std::ifstream in(entry.path() / "cmdline", std::ios::binary);
@@ -146,7 +145,7 @@ ServerProcesses::ServerProcesses()
   }
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (listening_ - before < count) {
-    if (auto exit = group_.WaitAny(std::chrono::milliseconds(20))) {
+    if (auto exit = group_.WaitAny(absl::Milliseconds(20))) {
       return ::testing::AssertionFailure()
              << exit->label << " exited with " << exit->exit_code
              << " during start-up";

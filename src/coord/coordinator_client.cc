@@ -1,0 +1,175 @@
+#include "coord/coordinator_client.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "config/table_schema.h"
+#include "hetps/version.h"
+
+namespace hetps {
+
+CoordinatorClient::CoordinatorClient(const JobConfig& config, uint32_t rank,
+                                     Clock& clock, CoordinatorStubs stubs)
+    : config_(config),
+      rank_(rank),
+      clock_(clock),
+      stub_((stubs ? stubs
+                   : GrpcCoordinatorStubs(config.server.max_message_bytes,
+                                          config.credentials))(
+          config.cluster.ps_endpoints.at(0))) {}
+
+CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
+
+void CoordinatorClient::StopHeartbeats() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    stop_cv_.SignalAll();
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register() {
+  rpc::RegisterRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_role(rpc::ROLE_WORKER);
+  request.set_rank(rank_);
+  for (const TableConfig& t : config_.tables) {
+    ToSchemaProto(t, request.add_tables());
+  }
+  const absl::Time start = clock_.Now();
+  const absl::Duration limit = absl::Seconds(config_.client.connect_deadline_s);
+  absl::Duration backoff = absl::Seconds(config_.client.initial_backoff_s);
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+    rpc::RegisterResponse response;
+    grpc::Status st = stub_->Register(&ctx, request, &response);
+    if (st.ok()) return response;
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      return FromGrpcStatus(st);
+    }
+    const absl::Duration waited = clock_.Now() - start;
+    if (waited >= limit) {
+      return absl::UnavailableError(absl::StrCat(
+          "coordinator at ", config_.cluster.ps_endpoints[0],
+          " unreachable for ", absl::FormatDuration(waited),
+          " (client.connect_deadline_s = ", config_.client.connect_deadline_s,
+          "); last error: ", st.error_message()));
+    }
+    clock_.SleepFor(std::min(backoff, limit - waited));
+    backoff =
+        std::min(backoff * 2, absl::Seconds(config_.client.max_backoff_s));
+  }
+}
+
+void CoordinatorClient::ReportProgress(const rpc::WorkerProgress& progress) {
+  absl::MutexLock lock(&mu_);
+  progress_ = progress;
+}
+
+rpc::BatchPlan CoordinatorClient::plan() const {
+  absl::MutexLock lock(&mu_);
+  return plan_;
+}
+
+absl::Status CoordinatorClient::HeartbeatNow() {
+  rpc::HeartbeatRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_role(rpc::ROLE_WORKER);
+  request.set_rank(rank_);
+  {
+    absl::MutexLock lock(&mu_);
+    *request.mutable_progress() = progress_;
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(
+      RpcDeadline(clock_, config_.client.heartbeat_interval_s * 2));
+  rpc::HeartbeatResponse response;
+  grpc::Status st = stub_->Heartbeat(&ctx, request, &response);
+  if (!st.ok()) return FromGrpcStatus(st);
+  absl::MutexLock lock(&mu_);
+  if (response.plan().version() != plan_.version()) plan_ = response.plan();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<rpc::ChunkResponse> CoordinatorClient::NextChunk(
+    uint64_t finished_samples) {
+  rpc::ChunkRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_rank(rank_);
+  request.set_finished_samples(finished_samples);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+  ctx.set_wait_for_ready(true);
+  rpc::ChunkResponse response;
+  grpc::Status st = stub_->NextChunk(&ctx, request, &response);
+  if (!st.ok()) return FromGrpcStatus(st);
+  return response;
+}
+
+void CoordinatorClient::StartHeartbeats() {
+  heartbeat_ = std::thread([this] {
+    const absl::Duration interval =
+        absl::Seconds(config_.client.heartbeat_interval_s);
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      const absl::Time next = clock_.Now() + interval;
+      while (!stop_ && !clock_.WaitUntil(stop_cv_, mu_, next)) {
+      }
+      if (stop_) break;
+      mu_.Unlock();
+      if (absl::Status s = HeartbeatNow(); !s.ok()) {
+        spdlog::debug("heartbeat failed: {}", s.message());
+      }
+      mu_.Lock();
+    }
+  });
+}
+
+absl::Status CoordinatorClient::Barrier(const std::string& name) {
+  rpc::BarrierRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_name(name);
+  request.set_rank(rank_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+  rpc::BarrierResponse response;
+  return FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
+}
+
+absl::Status CoordinatorClient::Leave(const std::string& reason) {
+  StopHeartbeats();
+  rpc::LeaveRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_rank(rank_);
+  request.set_reason(reason);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+  rpc::LeaveResponse response;
+  return FromGrpcStatus(stub_->Leave(&ctx, request, &response));
+}
+
+absl::StatusOr<rpc::StatusResponse> QueryStatus(
+    const std::string& endpoint, double timeout_s,
+    const Credentials& credentials) {
+  auto stub =
+      rpc::Coordinator::NewStub(MakeChannel(endpoint, 64 << 20, credentials));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(RpcDeadline(Clock::Real(), timeout_s));
+  ctx.set_wait_for_ready(true);
+  rpc::StatusRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  rpc::StatusResponse response;
+  grpc::Status st = stub->GetStatus(&ctx, request, &response);
+  if (!st.ok()) {
+    return absl::Status(
+        static_cast<absl::StatusCode>(st.error_code()),
+        absl::StrCat("coordinator at ", endpoint, ": ", st.error_message()));
+  }
+  return response;
+}
+
+}  // namespace hetps

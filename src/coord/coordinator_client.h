@@ -1,0 +1,71 @@
+// A worker's side of the coordinator: registration (retried with back-off
+// until the coordinator is up, within client.connect_deadline_s), a heartbeat
+// thread carrying the worker's progress, its plan and the window back,
+// chunks, barriers and leaving. And QueryStatus, for `hetps status` and the
+// launcher.
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/channel.h"
+#include "common/clock.h"
+#include "hetps.grpc.pb.h"
+#include "hetps/config.h"
+
+namespace hetps {
+
+class CoordinatorClient {
+ public:
+  // The coordinator at cluster.ps_endpoints[0], over `stubs` (default: gRPC
+  // with the job's limits and credentials); waits and back-off on `clock`.
+  CoordinatorClient(const JobConfig& config, uint32_t rank,
+                    Clock& clock = Clock::Real(), CoordinatorStubs stubs = {});
+  ~CoordinatorClient();
+
+  // Registers with the job's table schema; UNAVAILABLE naming the endpoint
+  // when the coordinator stays unreachable, FAILED_PRECONDITION on a
+  // version or schema mismatch.
+  absl::StatusOr<rpc::RegisterResponse> Register();
+  // Starts heartbeating every client.heartbeat_interval_s with the progress
+  // last given to ReportProgress.
+  void StartHeartbeats();
+  void ReportProgress(const rpc::WorkerProgress& progress);
+  // The latest plan from the coordinator (version 0 until the first reply).
+  rpc::BatchPlan plan() const;
+  // Sends one heartbeat now (the first plan arrives before training).
+  absl::Status HeartbeatNow();
+  // The next chunk of the train split (`done` when there is none left);
+  // `finished_samples` were trained from the chunk held until now.
+  absl::StatusOr<rpc::ChunkResponse> NextChunk(uint64_t finished_samples);
+  absl::Status Barrier(const std::string& name);
+  // Stops heartbeats and leaves the live set.
+  absl::Status Leave(const std::string& reason);
+
+ private:
+  void StopHeartbeats();
+
+  const JobConfig config_;
+  const uint32_t rank_;
+  Clock& clock_;
+  const std::unique_ptr<rpc::Coordinator::StubInterface> stub_;
+  mutable absl::Mutex mu_;
+  absl::CondVar stop_cv_;
+  rpc::WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
+  rpc::BatchPlan plan_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_;
+};
+
+// Reads the status of a running job from its coordinator, connecting with
+// the job's `credentials`.
+absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
+                                                double timeout_s,
+                                                const Credentials& credentials);
+
+}  // namespace hetps

@@ -1,0 +1,145 @@
+#include "worker/step.h"
+
+#include <algorithm>
+
+#include "model/metrics.h"
+
+namespace hetps {
+
+void Accumulator::Add(std::span<const uint64_t> keys,
+                      std::span<const float> row_grads, uint64_t row_dim,
+                      std::span<const float> dense_grad, uint32_t n) {
+  const float w = static_cast<float>(n);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] =
+        index_.try_emplace(keys[i], static_cast<uint32_t>(keys_.size()));
+    if (inserted) {
+      keys_.push_back(keys[i]);
+      rows_.resize(rows_.size() + row_dim, 0.0f);
+    }
+    float* dst = &rows_[static_cast<size_t>(it->second) * row_dim];
+    for (uint64_t j = 0; j < row_dim; ++j) {
+      dst[j] += w * row_grads[i * row_dim + j];
+    }
+  }
+  dense_.resize(dense_grad.size(), 0.0f);
+  for (size_t j = 0; j < dense_grad.size(); ++j) dense_[j] += w * dense_grad[j];
+  samples_ += n;
+  ++batches_;
+}
+
+void Accumulator::Finish() {
+  const float scale =
+      1.0f / static_cast<float>(std::max<uint32_t>(1, samples_));
+  for (float& v : rows_) v *= scale;
+  for (float& v : dense_) v *= scale;
+}
+
+void Accumulator::Clear() {
+  index_.clear();
+  keys_.clear();
+  rows_.clear();
+  dense_.clear();
+  samples_ = 0;
+  batches_ = 0;
+}
+
+StepRunner::StepRunner(const Model& model, PsClient& client,
+                       const DeviceProfile& device, Clock& clock)
+    : model_(model),
+      client_(client),
+      device_(device),
+      clock_(clock),
+      tables_(model_.Tables()) {}
+
+absl::Status StepRunner::Pull(Step& step) {
+  const absl::Time began = clock_.Now();
+  step.unique.Build(step.batch.keys);
+  step.rows.resize(step.unique.keys().size() * model_.row_dim());
+  if (auto s = client_.PullSparse(sparse_table(), step.unique.keys(), step.rows,
+                                  KeySet::kUnique);
+      !s.ok()) {
+    return s;
+  }
+  step.dense.resize(model_.dense_size());
+  if (auto s = client_.PullDense(dense_table(), step.dense); !s.ok()) return s;
+  device_.Throttle(step.unique.keys().size() * 8 +
+                       (step.rows.size() + step.dense.size()) * 4,
+                   began);
+  return absl::OkStatus();
+}
+
+double StepRunner::Compute(Step& step) const {
+  const size_t n = step.batch.size();
+  step.p.resize(n);
+  step.row_grads.resize(step.rows.size());
+  step.dense_grad.resize(step.dense.size());
+  return model_.Train(step.batch,
+                      {step.unique.position(), step.rows, step.dense}, step.p,
+                      step.row_grads, step.dense_grad);
+}
+
+absl::Status StepRunner::Push(std::span<const uint64_t> keys,
+                              std::span<const float> rows,
+                              std::span<const float> dense, uint32_t samples,
+                              PushCodec& codec, double compute_s) {
+  const absl::Time began = clock_.Now();
+  const TableGrad grads[] = {{sparse_table(), keys, rows},
+                             {dense_table(), {}, dense}};
+  const GradientShape parts[] = {
+      ShapeOfRows(static_cast<uint32_t>(model_.row_dim()), rows),
+      ShapeOfDense(dense)};
+  PushEncoding* encoding = codec.Prepare(parts, compute_s);
+  if (auto s = client_.Push(grads, samples, KeySet::kUnique, encoding);
+      !s.ok()) {
+    return s;
+  }
+  device_.Throttle(encoding->sent_bytes, began);
+  codec.Finished(absl::ToDoubleSeconds(clock_.Now() - began));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalPoint> StepRunner::Evaluate(Reader& reader) {
+  if (auto s = reader.Rewind(); !s.ok()) return s;
+  Step step;
+  std::vector<float> scores, labels;
+  while (true) {
+    auto n = reader.Next(4096, &step.batch);
+    if (!n.ok()) return n.status();
+    if (*n == 0) break;
+    if (auto s = Pull(step); !s.ok()) return s;
+    step.p.resize(*n);
+    model_.Predict(step.batch, {step.unique.position(), step.rows, step.dense},
+                   step.p);
+    scores.insert(scores.end(), step.p.begin(), step.p.end());
+    labels.insert(labels.end(), step.batch.labels.begin(),
+                  step.batch.labels.end());
+  }
+  if (scores.empty()) {
+    return absl::FailedPreconditionError(
+        "the test split is empty (train.data.test_fraction?)");
+  }
+  EvalPoint point;
+  point.auc = Auc(scores, labels);
+  point.logloss = LogLoss(scores, labels);
+  return point;
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
+                                                        uint32_t worker_id,
+                                                        uint32_t incarnation) {
+  PsClientOptions options;
+  options.endpoints = config.cluster.ps_endpoints;
+  options.worker_id = worker_id;
+  options.incarnation = incarnation;
+  options.rpc = config.client;
+  options.max_message_bytes = config.server.max_message_bytes;
+  options.credentials = config.credentials;
+  // Sync rounds and the semi_async clocks need every server to see every
+  // push, even one without keys of its own.
+  options.push_to_all_servers = config.mode != ConsistencyMode::kAsync;
+  options.error_feedback = config.compress.error_feedback;
+  return PsClient::Connect(options);
+}
+
+}  // namespace hetps

@@ -1,0 +1,99 @@
+// The parts of one training step a worker repeats (private to src/worker/):
+// the buffers of a batch, the pull of its rows and dense weights, forward
+// and backward, the push of its gradients, gradient accumulation over
+// push_freq batches, and evaluation on a reader's whole share.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "client/unique_keys.h"
+#include "common/clock.h"
+#include "data/batch.h"
+#include "data/reader.h"
+#include "hetps/ps_client.h"
+#include "model/model.h"
+#include "worker/device_profile.h"
+#include "worker/push_codec.h"
+
+namespace hetps {
+
+struct EvalPoint {
+  int epoch = 0;    // epochs finished when evaluated
+  double at_s = 0;  // seconds since training started
+  double auc = 0;
+  double logloss = 0;
+};
+
+// Everything one training loop reuses from batch to batch. The batch's
+// distinct keys: the pull fetches each row once and the push carries each
+// row's summed gradient, so the client skips its own dedup.
+struct Step {
+  Batch batch;
+  UniqueKeys unique;
+  std::vector<float> rows, dense, row_grads, dense_grad, p;
+};
+
+// Gradients of push_freq batches summed, each weighted by its batch size.
+class Accumulator {
+ public:
+  void Add(std::span<const uint64_t> keys, std::span<const float> row_grads,
+           uint64_t row_dim, std::span<const float> dense_grad, uint32_t n);
+  // Turns the sums into the mean gradient of all samples added.
+  void Finish();
+  void Clear();
+
+  uint32_t batches() const { return batches_; }
+  uint32_t samples() const { return samples_; }
+  std::span<const uint64_t> keys() const { return keys_; }
+  std::span<const float> rows() const { return rows_; }
+  std::span<const float> dense() const { return dense_; }
+
+ private:
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::vector<uint64_t> keys_;
+  std::vector<float> rows_, dense_;
+  uint32_t samples_ = 0;
+  uint32_t batches_ = 0;
+};
+
+// One model's steps through one PsClient, on an (emulated) device. The
+// references must outlive it.
+class StepRunner {
+ public:
+  StepRunner(const Model& model, PsClient& client, const DeviceProfile& device,
+             Clock& clock);
+
+  // Pulls what `step.batch` needs into step.rows / step.dense.
+  absl::Status Pull(Step& step);
+  // Forward and backward on the pulled parameters; returns the summed loss.
+  double Compute(Step& step) const;
+  // Pushes one gradient, encoded as `codec` chooses after `compute_s` of
+  // compute; the emulated link is throttled by the bytes actually sent.
+  absl::Status Push(std::span<const uint64_t> keys, std::span<const float> rows,
+                    std::span<const float> dense, uint32_t samples,
+                    PushCodec& codec, double compute_s);
+  // AUC and logloss of the current model on `reader`'s whole share.
+  absl::StatusOr<EvalPoint> Evaluate(Reader& reader);
+
+ private:
+  const std::string& sparse_table() const { return tables_[0].name; }
+  const std::string& dense_table() const { return tables_[1].name; }
+
+  const Model& model_;
+  PsClient& client_;
+  const DeviceProfile& device_;
+  Clock& clock_;
+  const std::vector<TableConfig> tables_;
+};
+
+// A PsClient for the job's servers as worker `worker_id` (or kReaderId).
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
+                                                        uint32_t worker_id,
+                                                        uint32_t incarnation);
+
+}  // namespace hetps

@@ -1,0 +1,143 @@
+// PsClient against a real server of this process, through stubs that fail
+// calls on purpose (support/faulty_stub.h) and on a FakeClock: retries,
+// back-off, lost replies and dead peers, without child processes and
+// without sleeping.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "client/ps_client_factory.h"
+#include "gmock/gmock.h"
+#include "node/server_node.h"
+#include "support/fake_clock.h"
+#include "support/faulty_stub.h"
+#include "support/test_support.h"
+
+namespace hetps {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::FakeClock;
+using testing::FaultPlan;
+using testing::FaultyStubs;
+using ::testing::HasSubstr;
+
+JobConfig OneTableJob() {
+  JobConfig config;
+  config.mode = ConsistencyMode::kAsync;
+  config.cluster.ps_endpoints = {"127.0.0.1:1"};
+  config.cluster.workers = 1;
+  TableConfig emb;
+  emb.name = "emb";
+  emb.kind = TableKind::kSparse;
+  emb.dim = 2;
+  emb.optimizer.type = "sgd";
+  emb.optimizer.learning_rate = 1.0f;
+  emb.init.type = "zero";
+  config.tables = {emb};
+  return config;
+}
+
+class PsClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto node = ServerNode::Start(OneTableJob(), 0, "127.0.0.1:0");
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = std::move(*node);
+    endpoint_ = "127.0.0.1:" + std::to_string(node_->port());
+    options_.endpoints = {endpoint_};
+    options_.worker_id = 0;
+    options_.rpc.initial_backoff_s = 0.1;
+    options_.rpc.max_backoff_s = 0.25;
+    options_.rpc.connect_deadline_s = 2;
+  }
+
+  absl::StatusOr<std::unique_ptr<PsClient>> Connect() {
+    return PsClientFactory::Connect(options_, clock_, FaultyStubs(plan_));
+  }
+
+  absl::Duration Slept() const {
+    const auto sleeps = clock_.sleeps();
+    return std::accumulate(sleeps.begin(), sleeps.end(), absl::ZeroDuration());
+  }
+
+  std::unique_ptr<ServerNode> node_;
+  std::string endpoint_;
+  PsClientOptions options_;
+  FakeClock clock_;
+  FaultPlan plan_;
+};
+
+TEST_F(PsClientTest, UnavailableIsRetriedWithDoublingCappedBackOff) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  plan_.Refuse("PullSparse", 3);
+  const uint64_t key = 5;
+  std::vector<float> row(2, -1.0f);
+  ASSERT_TRUE((*client)->PullSparse("emb", {&key, 1}, row).ok());
+  EXPECT_EQ(row, (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(plan_.calls("PullSparse"), 4);
+  // 0.1, doubled to 0.2, capped at max_backoff_s.
+  EXPECT_THAT(clock_.sleeps(),
+              ElementsAre(absl::Milliseconds(100), absl::Milliseconds(200),
+                          absl::Milliseconds(250)));
+}
+
+TEST_F(PsClientTest, ServerThatComesUpLateIsFoundWithinTheDeadline) {
+  plan_.Refuse("GetTableInfo", 2);
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ(plan_.calls("GetTableInfo"), 3);
+  EXPECT_EQ(Slept(), absl::Milliseconds(300));
+}
+
+TEST_F(PsClientTest, DeadServerFailsAtTheDeadlineNamingIt) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  plan_.SetDead(true);
+  const uint64_t key = 5;
+  std::vector<float> row(2);
+  const absl::Status s = (*client)->PullSparse("emb", {&key, 1}, row);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("PS server 0 at " + endpoint_ +
+                                     " unreachable for 2.0 s "
+                                     "(client.connect_deadline_s = 2)"));
+  EXPECT_THAT(s.message(), HasSubstr("injected fault"));
+  // The back-off never oversleeps the deadline.
+  EXPECT_EQ(Slept(), absl::Seconds(2));
+}
+
+// A push whose reply is lost reached the server: the retry is recognised
+// (same worker, same clock) and the gradient applied once.
+TEST_F(PsClientTest, PushWhoseReplyWasLostIsAppliedOnce) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  plan_.LoseReply("Push", 1);
+  const uint64_t key = 9;
+  const std::vector<float> grad = {1.0f, 2.0f};
+  const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
+  ASSERT_TRUE((*client)->Push(grads, 1).ok());
+  EXPECT_EQ(plan_.calls("Push"), 2);
+  EXPECT_EQ((*client)->clock(), 1u);
+  std::vector<float> row(2);
+  ASSERT_TRUE(node_->ps().sparse_table("emb")->Lookup(key, row));
+  EXPECT_EQ(row, (std::vector<float>{-1.0f, -2.0f}));  // sgd, lr 1, once
+}
+
+// A server's other error is not retried: it comes back at once, prefixed
+// with the server.
+TEST_F(PsClientTest, OtherErrorsAreNotRetried) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t key = 9;
+  const std::vector<float> grad = {NAN, 0.0f};
+  const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
+  const absl::Status s = (*client)->Push(grads, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("server 0 (" + endpoint_ + ")"));
+  EXPECT_EQ(plan_.calls("Push"), 1);
+  EXPECT_TRUE(clock_.sleeps().empty());
+}
+
+}  // namespace
+}  // namespace hetps

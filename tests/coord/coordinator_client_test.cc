@@ -1,0 +1,93 @@
+// The worker's coordinator client against a gmock stub on a FakeClock:
+// registration retries with back-off until the deadline, without sleeping.
+#include "coord/coordinator_client.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "gmock/gmock.h"
+#include "hetps_mock.grpc.pb.h"
+#include "support/fake_clock.h"
+
+namespace hetps {
+namespace {
+
+using ::testing::_;
+using ::testing::ElementsAre;
+using testing::FakeClock;
+using ::testing::HasSubstr;
+using ::testing::Return;
+
+const grpc::Status kDown(grpc::StatusCode::UNAVAILABLE, "connection refused");
+
+class CoordinatorClientTest : public ::testing::Test {
+ protected:
+  CoordinatorClientTest() {
+    config_.cluster.ps_endpoints = {"10.0.0.1:7000"};
+    config_.client.initial_backoff_s = 0.5;
+    config_.client.max_backoff_s = 2;
+    config_.client.connect_deadline_s = 5;
+  }
+
+  // A client whose only stub is `stub_` (handed over on construction).
+  std::unique_ptr<CoordinatorClient> Client() {
+    return std::make_unique<CoordinatorClient>(
+        config_, 0, clock_, [this](const std::string& endpoint) {
+          EXPECT_EQ(endpoint, "10.0.0.1:7000");
+          return std::unique_ptr<rpc::Coordinator::StubInterface>(
+              std::move(owned_));
+        });
+  }
+
+  JobConfig config_;
+  FakeClock clock_;
+  std::unique_ptr<rpc::MockCoordinatorStub> owned_ =
+      std::make_unique<rpc::MockCoordinatorStub>();
+  rpc::MockCoordinatorStub& stub_ = *owned_;
+};
+
+TEST_F(CoordinatorClientTest, RegisterRetriesUntilTheCoordinatorIsUp) {
+  rpc::RegisterResponse welcome;
+  welcome.set_incarnation(1);
+  EXPECT_CALL(stub_, Register(_, _, _))
+      .WillOnce(Return(kDown))
+      .WillOnce(Return(kDown))
+      .WillOnce([&](grpc::ClientContext*, const rpc::RegisterRequest& req,
+                    rpc::RegisterResponse* resp) {
+        EXPECT_EQ(req.rank(), 0u);
+        *resp = welcome;
+        return grpc::Status::OK;
+      });
+  auto registered = Client()->Register();
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(registered->incarnation(), 1u);
+  EXPECT_THAT(clock_.sleeps(),
+              ElementsAre(absl::Milliseconds(500), absl::Seconds(1)));
+}
+
+TEST_F(CoordinatorClientTest, AnUnreachableCoordinatorFailsNamingIt) {
+  EXPECT_CALL(stub_, Register(_, _, _)).WillRepeatedly(Return(kDown));
+  auto registered = Client()->Register();
+  EXPECT_EQ(registered.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(registered.status().message(),
+              HasSubstr("coordinator at 10.0.0.1:7000 unreachable for 5s "
+                        "(client.connect_deadline_s = 5)"));
+  EXPECT_THAT(registered.status().message(), HasSubstr("connection refused"));
+  // 0.5, 1, 2, then what is left of the 5 s: 1.5.
+  EXPECT_THAT(clock_.sleeps(),
+              ElementsAre(absl::Milliseconds(500), absl::Seconds(1),
+                          absl::Seconds(2), absl::Milliseconds(1500)));
+}
+
+TEST_F(CoordinatorClientTest, AMismatchIsNotRetried) {
+  EXPECT_CALL(stub_, Register(_, _, _))
+      .WillOnce(Return(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                    "protocol version 1, expected 2")));
+  auto registered = Client()->Register();
+  EXPECT_EQ(registered.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(clock_.sleeps().empty());
+}
+
+}  // namespace
+}  // namespace hetps

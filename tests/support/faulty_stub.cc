@@ -1,0 +1,158 @@
+#include "support/faulty_stub.h"
+
+#include <utility>
+
+#include "gmock/gmock.h"
+
+namespace hetps::testing {
+
+void FaultPlan::Refuse(const std::string& method, int n) {
+  absl::MutexLock lock(&mu_);
+  refuse_[method] += n;
+}
+
+void FaultPlan::LoseReply(const std::string& method, int n) {
+  absl::MutexLock lock(&mu_);
+  lose_[method] += n;
+}
+
+void FaultPlan::SetDead(bool dead) {
+  absl::MutexLock lock(&mu_);
+  dead_ = dead;
+}
+
+int FaultPlan::calls(const std::string& method) const {
+  absl::MutexLock lock(&mu_);
+  auto it = calls_.find(method);
+  return it == calls_.end() ? 0 : it->second;
+}
+
+FaultPlan::Fault FaultPlan::Next(const std::string& method) {
+  absl::MutexLock lock(&mu_);
+  ++calls_[method];
+  if (dead_) return Fault::kRefuse;
+  if (refuse_[method] > 0) {
+    --refuse_[method];
+    return Fault::kRefuse;
+  }
+  if (lose_[method] > 0) {
+    --lose_[method];
+    return Fault::kLoseReply;
+  }
+  return Fault::kNone;
+}
+
+namespace {
+
+const grpc::Status kUnavailable(grpc::StatusCode::UNAVAILABLE,
+                                "injected fault: unavailable");
+
+// Runs one call as the plan says: `call(done)` is the real call.
+template <typename Call>
+void Faulted(FaultPlan& plan, const std::string& method, Call call,
+             std::function<void(grpc::Status)> done) {
+  switch (plan.Next(method)) {
+    case FaultPlan::Fault::kRefuse:
+      done(kUnavailable);
+      return;
+    case FaultPlan::Fault::kLoseReply:
+      call([done = std::move(done)](grpc::Status) { done(kUnavailable); });
+      return;
+    case FaultPlan::Fault::kNone:
+      call(std::move(done));
+      return;
+  }
+}
+
+class FaultyStub final
+    : public ::testing::NiceMock<rpc::MockParameterServerStub> {
+ public:
+  FaultyStub(std::unique_ptr<rpc::ParameterServer::Stub> real, FaultPlan& plan)
+      : real_(std::move(real)), plan_(plan), async_(*real_, plan_) {
+    // The synchronous calls (the coordinator's) go through the same plan.
+    ON_CALL(*this, GetTableInfo)
+        .WillByDefault([this](grpc::ClientContext* ctx,
+                              const rpc::TableInfoRequest& req,
+                              rpc::TableInfoResponse* resp) {
+          return Sync("GetTableInfo",
+                      [&] { return real_->GetTableInfo(ctx, req, resp); });
+        });
+    ON_CALL(*this, UpdateMembership)
+        .WillByDefault([this](grpc::ClientContext* ctx,
+                              const rpc::MembershipUpdate& req,
+                              rpc::MembershipAck* resp) {
+          return Sync("UpdateMembership",
+                      [&] { return real_->UpdateMembership(ctx, req, resp); });
+        });
+  }
+
+  async_interface* async() override { return &async_; }
+
+ private:
+  template <typename Call>
+  grpc::Status Sync(const std::string& method, Call call) {
+    switch (plan_.Next(method)) {
+      case FaultPlan::Fault::kRefuse:
+        return kUnavailable;
+      case FaultPlan::Fault::kLoseReply:
+        call();
+        return kUnavailable;
+      case FaultPlan::Fault::kNone:
+        break;
+    }
+    return call();
+  }
+
+  // The callback API, faulted.
+  class Async final : public async_interface {
+   public:
+    Async(rpc::ParameterServer::Stub& real, FaultPlan& plan)
+        : real_(real), plan_(plan) {}
+
+#define HETPS_FAULTY_METHOD(Method, Request, Response)                     \
+  void Method(grpc::ClientContext* ctx, const rpc::Request* req,           \
+              rpc::Response* resp, std::function<void(grpc::Status)> done) \
+      override {                                                           \
+    Faulted(                                                               \
+        plan_, #Method,                                                    \
+        [&](std::function<void(grpc::Status)> d) {                         \
+          real_.async()->Method(ctx, req, resp, std::move(d));             \
+        },                                                                 \
+        std::move(done));                                                  \
+  }                                                                        \
+  void Method(grpc::ClientContext* ctx, const rpc::Request* req,           \
+              rpc::Response* resp, grpc::ClientUnaryReactor* reactor)      \
+      override {                                                           \
+    real_.async()->Method(ctx, req, resp, reactor);                        \
+  }
+    HETPS_FAULTY_METHOD(PullSparse, PullSparseRequest, PullSparseResponse)
+    HETPS_FAULTY_METHOD(PullDense, PullDenseRequest, PullDenseResponse)
+    HETPS_FAULTY_METHOD(Push, PushRequest, PushResponse)
+    HETPS_FAULTY_METHOD(GetTableInfo, TableInfoRequest, TableInfoResponse)
+    HETPS_FAULTY_METHOD(UpdateMembership, MembershipUpdate, MembershipAck)
+    HETPS_FAULTY_METHOD(Save, SaveRequest, SaveResponse)
+#undef HETPS_FAULTY_METHOD
+
+   private:
+    rpc::ParameterServer::Stub& real_;
+    FaultPlan& plan_;
+  };
+
+  std::unique_ptr<rpc::ParameterServer::Stub> real_;
+  FaultPlan& plan_;
+  Async async_;
+};
+
+}  // namespace
+
+ParameterServerStubs FaultyStubs(FaultPlan& plan) {
+  return [&plan](const std::string& endpoint)
+             -> std::unique_ptr<rpc::ParameterServer::StubInterface> {
+    return std::make_unique<FaultyStub>(
+        rpc::ParameterServer::NewStub(
+            MakeChannel(endpoint, 64 << 20, Credentials())),
+        plan);
+  };
+}
+
+}  // namespace hetps::testing
