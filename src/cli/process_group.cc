@@ -322,9 +322,11 @@ std::optional<ChildExit> ProcessGroup::WaitAny(absl::Duration timeout) {
       }
     }
     if (interrupted()) return std::nullopt;
-    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - clock_.Now());
-    if (left_ms <= 0) return std::nullopt;
-    WaitForInterrupt(static_cast<int>(std::min<int64_t>(left_ms, kReapPollMs)));
+    const absl::Duration left = deadline - clock_.Now();
+    if (left <= absl::ZeroDuration()) return std::nullopt;
+    WaitForInterrupt(static_cast<int>(std::min<int64_t>(
+        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+        kReapPollMs)));
   }
 }
 

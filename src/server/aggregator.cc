@@ -352,8 +352,8 @@ class SyncAggregator final : public Aggregator {
     GradientSum sum;
   };
 
-  // REQUIRES: mu_ held.
-  std::vector<uint32_t> MissingWorkers() const {
+  std::vector<uint32_t> MissingWorkers() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<uint32_t> missing;
     auto it = rounds_.find(applied_);
     for (uint32_t w : live_.workers()) {
@@ -371,8 +371,7 @@ class SyncAggregator final : public Aggregator {
   // rounds already pushed are applied: their workers left after pushing.
   // Applying under the lock is deliberate: in sync mode nobody may proceed
   // before the round is in the tables anyway.
-  // REQUIRES: mu_ held.
-  void CloseReadyRounds() {
+  void CloseReadyRounds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint64_t first = applied_;
     uint64_t empty = 0;
     while (true) {
@@ -591,7 +590,6 @@ class SemiAsyncAggregator final : public Aggregator {
   }
 
  private:
-  // REQUIRES: mu_ held.
   void AddWaitSince(absl::Time start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     stats_.set_ssp_wait_seconds(stats_.ssp_wait_seconds() +
                                 absl::ToDoubleSeconds(clock_.Now() - start));
@@ -600,8 +598,7 @@ class SemiAsyncAggregator final : public Aggregator {
   // The time bound. Checked at every push and pull (waiting pulls poll), so
   // a queue left behind by the last active worker is applied by the next
   // request; when no worker is live the queue applies at once anyway.
-  // REQUIRES: mu_ held.
-  void FlushIfOld() {
+  void FlushIfOld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (queued_ > 0 && clock_.Now() - oldest_ >=
                            absl::Seconds(options_.config.flush_after_s)) {
       stats_.set_applies_by_time(stats_.applies_by_time() + 1);
@@ -619,8 +616,8 @@ class SemiAsyncAggregator final : public Aggregator {
 
   // Whether `worker_id`'s pull is answered ahead of the queue, and notes the
   // version it sees. Pulls of workers outside the live set (rank 0's
-  // evaluator) read the tables as they are. REQUIRES: mu_ held.
-  bool ReadAhead(uint32_t worker_id) {
+  // evaluator) read the tables as they are.
+  bool ReadAhead(uint32_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool live = live_.Contains(worker_id);
     const bool ahead = live && options_.config.lookahead && queued_ > 0;
     if (live) {
@@ -635,8 +632,8 @@ class SemiAsyncAggregator final : public Aggregator {
   // before the first), at most 1. A read ahead thus shows the parameters
   // as if every push were applied on arrival, with its share of a step:
   // a worker computes on every gradient the server has, the tables take
-  // one merged step per apply. REQUIRES: mu_ held.
-  float AheadShare() const {
+  // one merged step per apply.
+  float AheadShare() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint64_t expected =
         last_apply_batch_ > 0 ? last_apply_batch_ : options_.job_batch;
     if (expected == 0) return 1.0f;
@@ -647,15 +644,19 @@ class SemiAsyncAggregator final : public Aggregator {
 
   // The queue holds enough samples for an apply by "every live worker
   // contributed": semi_async.min_apply_fraction of the job's batch per
-  // step. REQUIRES: mu_ held.
-  bool HoldsEnough() const { return queue_.total_batch() >= min_apply_batch_; }
-
-  bool AllLiveContributed() const {
-    return std::all_of(live_.workers().begin(), live_.workers().end(),
-                       [&](uint32_t w) { return contributors_.contains(w); });
+  // step.
+  bool HoldsEnough() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.total_batch() >= min_apply_batch_;
   }
 
-  void ApplyQueue() {
+  bool AllLiveContributed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (uint32_t w : live_.workers()) {
+      if (!contributors_.contains(w)) return false;
+    }
+    return true;
+  }
+
+  void ApplyQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     last_apply_batch_ = queue_.total_batch();
     queue_.Apply();
     queue_ = GradientSum();

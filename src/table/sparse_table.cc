@@ -207,14 +207,6 @@ void ReleaseIfLarge(StripeGroups& g) {
 
 }  // namespace
 
-// One lock stripe: the index from key to slot, and the rows in chunks.
-struct SparseTable::Stripe {
-  mutable absl::Mutex mu;
-  absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
-  uint32_t rows ABSL_GUARDED_BY(mu) = 0;
-};
-
 SparseTable::SparseTable(const TableConfig& config,
                          std::unique_ptr<Optimizer> optimizer, int stripes)
     : config_(config),

@@ -15,6 +15,9 @@
 #include <span>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "hetps/config.h"
 #include "table/optimizer.h"
 
@@ -83,22 +86,30 @@ class SparseTable {
                   std::span<const float> state, uint64_t update_count);
 
  private:
-  struct Stripe;
+  // One lock stripe: the index from key to slot, and the rows in chunks.
+  struct Stripe {
+    mutable absl::Mutex mu;
+    absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
+    std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
+    uint32_t rows ABSL_GUARDED_BY(mu) = 0;
+  };
   int StripeOf(uint64_t key) const;
-  // The row block of `slot`: dim weights, the optimizer state, then the
-  // 64-bit update count in the next two floats' bytes. REQUIRES: stripe.mu
-  // held, slot in use.
-  float* Row(const Stripe& stripe, uint32_t slot) const;
+  // The row block of `slot` (in use): dim weights, the optimizer state, then
+  // the 64-bit update count in the next two floats' bytes.
+  float* Row(const Stripe& stripe, uint32_t slot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
   // Adds the initialised row of `key`, which `stripe` does not hold, and
-  // returns its slot. REQUIRES: stripe.mu held.
-  uint32_t CreateRow(Stripe& stripe, uint64_t key);
+  // returns its slot.
+  uint32_t CreateRow(Stripe& stripe, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
   // Whether the table is large enough for prefetching to pay (judged from
-  // `stripe`). REQUIRES: stripe.mu held.
-  bool WorthPrefetching(const Stripe& stripe) const;
+  // `stripe`).
+  bool WorthPrefetching(const Stripe& stripe) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
   // Sets slots[j] to the slot of keys[j] for j < count, creating missing
-  // rows, with the index prefetched ahead. REQUIRES: stripe.mu held.
+  // rows, with the index prefetched ahead.
   void LocateRows(Stripe& stripe, const uint64_t* keys, uint32_t count,
-                  uint32_t* slots);
+                  uint32_t* slots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
   const TableConfig config_;
   const std::unique_ptr<Optimizer> optimizer_;
