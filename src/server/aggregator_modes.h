@@ -1,0 +1,200 @@
+// The pieces the consistency modes share — the live set with every worker's
+// clock, the merged gradient of several pushes — and each mode's factory,
+// for Aggregator::Create. Private to src/server/.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/aggregator.h"
+
+namespace hetps::aggregator_internal {
+
+// How often a waiting pull looks at its cancellation (and semi_async's time
+// bound) when nothing wakes it.
+inline constexpr absl::Duration kPollEvery = absl::Milliseconds(20);
+
+// Live-set bookkeeping shared by the modes.
+class LiveSet {
+ public:
+  explicit LiveSet(uint32_t num_workers) {
+    for (uint32_t w = 0; w < num_workers; ++w) live_.insert(w);
+  }
+  // Returns true when the update was newer and applied.
+  bool Update(uint64_t epoch, const std::vector<uint32_t>& live) {
+    if (epoch <= epoch_) return false;
+    epoch_ = epoch;
+    live_ = std::set<uint32_t>(live.begin(), live.end());
+    return true;
+  }
+  bool Contains(uint32_t w) const { return live_.contains(w); }
+  const std::set<uint32_t>& workers() const { return live_; }
+  uint64_t epoch() const { return epoch_; }
+
+  // Clocks: pushes received per worker (live or not).
+  // Returns true when the clock of `w` grew.
+  bool NoteClock(uint32_t w, uint64_t clock) {
+    uint64_t& c = clocks_[w];
+    if (clock <= c) return false;
+    c = clock;
+    return true;
+  }
+  uint64_t ClockOf(uint32_t w) const {
+    auto it = clocks_.find(w);
+    return it == clocks_.end() ? 0 : it->second;
+  }
+  // The smallest clock among live workers other than `except` (0 when
+  // there is none).
+  uint64_t SlowestLiveClock(
+      uint32_t except = std::numeric_limits<uint32_t>::max()) const {
+    uint64_t slowest = std::numeric_limits<uint64_t>::max();
+    for (uint32_t w : live_) {
+      if (w != except) slowest = std::min(slowest, ClockOf(w));
+    }
+    return slowest == std::numeric_limits<uint64_t>::max() ? 0 : slowest;
+  }
+  void FillClocks(AggregatorStats* stats) const {
+    for (const auto& [w, c] : clocks_) {
+      rpc::WorkerClock* out = stats->add_clocks();
+      out->set_worker(w);
+      out->set_clock(c);
+    }
+  }
+
+ private:
+  uint64_t epoch_ = 0;
+  std::set<uint32_t> live_;
+  std::map<uint32_t, uint64_t> clocks_;
+};
+
+// Gradients of several pushes merged: per key (and per dense table) the sum
+// of weight · batch · gradient, with Σ weight · batch and Σ batch behind it.
+// Apply() hands the tables the weighted mean gradient and takes
+// Σ weight · batch / Σ batch of a full optimizer step with it, so that a
+// weight below 1 shortens the step under every optimizer (see
+// Optimizer::Update: adagrad and adam would undo a weight put on the
+// gradient alone).
+class GradientSum {
+ public:
+  // `weight` in (0, 1]: 1 for a fresh gradient, less for a stale one.
+  void Add(const PushView& push, float weight) {
+    total_batch_ += push.batch_size;
+    weighted_batch_ += static_cast<double>(weight) * push.batch_size;
+    const float w = weight * static_cast<float>(push.batch_size);
+    for (const auto& s : push.sparse) {
+      Sparse& sum = sparse_[s.table];
+      const uint64_t dim = s.table->dim();
+      sum.index.reserve(sum.index.size() + s.keys.size());
+      for (size_t i = 0; i < s.keys.size(); ++i) {
+        auto [it, inserted] = sum.index.try_emplace(
+            s.keys[i], static_cast<uint32_t>(sum.keys.size()));
+        if (inserted) {
+          sum.keys.push_back(s.keys[i]);
+          sum.values.resize(sum.values.size() + dim, 0.0f);
+        }
+        float* dst = &sum.values[static_cast<size_t>(it->second) * dim];
+        const float* src = &s.grads[i * dim];
+        for (uint64_t j = 0; j < dim; ++j) dst[j] += w * src[j];
+      }
+    }
+    for (const auto& d : push.dense) {
+      std::vector<float>& sum = dense_[d.table];
+      sum.resize(d.grads.size(), 0.0f);
+      for (size_t j = 0; j < d.grads.size(); ++j) sum[j] += w * d.grads[j];
+    }
+  }
+
+  uint64_t total_batch() const { return total_batch_; }
+
+  // Applies the merged gradient to the tables.
+  void Apply() {
+    if (total_batch_ == 0) return;
+    const float mean = MeanScale();
+    const float step = StepScale();
+    for (auto& [table, sum] : sparse_) {
+      for (float& v : sum.values) v *= mean;
+      table->Push(sum.keys, sum.values, step);
+    }
+    for (auto& [table, sum] : dense_) {
+      for (float& v : sum) v *= mean;
+      table->Push(sum, step);
+    }
+  }
+
+  // The rows of `keys` as Apply() would leave them if it took `share` (in
+  // (0, 1]) of its step; the tables unchanged. Rows without a gradient here
+  // are read as they are.
+  void PullAhead(SparseTable* table, std::span<const uint64_t> keys,
+                 float share, std::span<float> out) const {
+    auto it = sparse_.find(table);
+    if (total_batch_ == 0 || it == sparse_.end()) {
+      table->Pull(keys, out);
+      return;
+    }
+    const Sparse& sum = it->second;
+    const uint64_t dim = table->dim();
+    const float mean = MeanScale();
+    std::vector<float> grads;
+    std::vector<uint32_t> found(keys.size(), kNone);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto at = sum.index.find(keys[i]);
+      if (at == sum.index.end()) continue;
+      found[i] = static_cast<uint32_t>(grads.size() / dim);
+      const float* src = &sum.values[static_cast<size_t>(at->second) * dim];
+      for (uint64_t j = 0; j < dim; ++j) grads.push_back(mean * src[j]);
+    }
+    std::vector<const float*> ahead(keys.size(), nullptr);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (found[i] != kNone) ahead[i] = &grads[size_t{found[i]} * dim];
+    }
+    table->PullAhead(keys, ahead, share * StepScale(), out);
+  }
+
+  void PullAhead(DenseTable* table, float share, std::span<float> out) const {
+    auto it = dense_.find(table);
+    if (total_batch_ == 0 || it == dense_.end()) {
+      table->Pull(out);
+      return;
+    }
+    std::vector<float> grad(it->second);
+    for (float& v : grad) v *= MeanScale();
+    table->PullAhead(grad, share * StepScale(), out);
+  }
+
+ private:
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+  float MeanScale() const { return static_cast<float>(1.0 / weighted_batch_); }
+  float StepScale() const {
+    return static_cast<float>(weighted_batch_ /
+                              static_cast<double>(total_batch_));
+  }
+
+  struct Sparse {
+    absl::flat_hash_map<uint64_t, uint32_t> index;  // key → row in values
+    std::vector<uint64_t> keys;
+    std::vector<float> values;  // row-major
+  };
+  uint64_t total_batch_ = 0;
+  double weighted_batch_ = 0;
+  std::map<SparseTable*, Sparse> sparse_;
+  std::map<DenseTable*, std::vector<float>> dense_;
+};
+
+std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers);
+std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
+                                              Clock& clock);
+std::unique_ptr<Aggregator> NewSemiAsyncAggregator(uint32_t num_workers,
+                                                   SemiAsyncOptions options,
+                                                   Clock& clock);
+
+}  // namespace hetps::aggregator_internal

@@ -1,0 +1,292 @@
+// semi_async (aggregator.h): the GradientQueue, its triggers, reads ahead of
+// it and the SSP bound.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "server/aggregator_modes.h"
+
+namespace hetps::aggregator_internal {
+namespace {
+
+// semi_async: the GradientQueue, its three triggers and the SSP bound (see
+// aggregator.h). Everything happens under one mutex: a push merges into the
+// queue and, when a trigger fires, applies it before returning, so a pull
+// that follows a push always sees the queue either merged or applied.
+class SemiAsyncAggregator final : public Aggregator {
+ public:
+  SemiAsyncAggregator(uint32_t num_workers, SemiAsyncOptions options,
+                      Clock& clock)
+      : options_(std::move(options)),
+        clock_(clock),
+        min_apply_batch_(static_cast<uint64_t>(
+            std::ceil(options_.config.min_apply_fraction *
+                      static_cast<double>(options_.job_batch)))),
+        window_(std::max<uint32_t>(1, options_.window)),
+        live_(num_workers) {}
+
+  absl::Status Push(const PushView& push) override {
+    absl::MutexLock lock(&mu_);
+    // A worker's pushes are serialized by its client: a clock below the
+    // one already seen is a retry whose first reply was lost.
+    if (push.clock < live_.ClockOf(push.worker_id)) return absl::OkStatus();
+    FlushIfOld();
+    live_.NoteClock(push.worker_id, push.clock + 1);
+    WorkerRecord& record = records_[push.worker_id];
+    // Applies the gradient's parameters lack: the push goes into apply
+    // applied_ + 1, computed on parameters of version seen_version (a pull
+    // read ahead of the queue saw the version it anticipated).
+    const uint64_t staleness =
+        applied_ - std::min(applied_, record.seen_version);
+    record.last_staleness = staleness;
+    stats_.set_staleness_sum(stats_.staleness_sum() + staleness);
+    stats_.set_max_staleness(std::max(stats_.max_staleness(), staleness));
+    stats_.set_pushes(stats_.pushes() + 1);
+    if (queued_ == 0) {
+      stats_.set_pushes_into_empty(stats_.pushes_into_empty() + 1);
+      oldest_ = clock_.Now();
+    }
+    const double weight =
+        1.0 / (1.0 + options_.config.staleness_decay * staleness);
+    queue_.Add(push, static_cast<float>(weight));
+    ++queued_;
+    contributors_.insert(push.worker_id);
+    if (queued_ >= window_) {
+      stats_.set_applies_by_window(stats_.applies_by_window() + 1);
+      ApplyQueue();
+    } else if (AllLiveContributed() && HoldsEnough()) {
+      stats_.set_applies_by_all(stats_.applies_by_all() + 1);
+      ApplyQueue();
+    }
+    advanced_.SignalAll();
+    return absl::OkStatus();
+  }
+
+  absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
+                         absl::Time deadline,
+                         const std::function<bool()>& cancelled) override {
+    absl::MutexLock lock(&mu_);
+    stats_.set_pulls(stats_.pulls() + 1);
+    live_.NoteClock(worker_id, clock);
+    const absl::Time start = clock_.Now();
+    bool waited = false;
+    while (true) {
+      FlushIfOld();
+      const uint64_t slowest = live_.SlowestLiveClock();
+      // A worker outside the live set (it left, or is rejoining) is not held:
+      // nobody would count it as the slowest either.
+      if (!live_.Contains(worker_id) || clock <= slowest + window_) break;
+      if (!waited) stats_.set_ssp_waits(stats_.ssp_waits() + 1);
+      waited = true;
+      if (cancelled && cancelled()) {
+        return absl::CancelledError("pull cancelled by the caller");
+      }
+      if (clock_.Now() >= deadline) {
+        AddWaitSince(start);
+        return absl::DeadlineExceededError(
+            absl::StrCat("pull of worker ", worker_id, " at clock ", clock,
+                         " waits for the slowest live worker (clock ", slowest,
+                         ", window ", window_, ")"));
+      }
+      // Wake up now and then to notice cancellation and the time bound.
+      clock_.WaitUntil(advanced_, mu_,
+                       std::min(deadline, clock_.Now() + kPollEvery));
+    }
+    if (waited) AddWaitSince(start);
+    if (live_.Contains(worker_id)) {
+      const uint64_t slowest = live_.SlowestLiveClock();
+      const uint64_t lead = clock > slowest ? clock - slowest : 0;
+      stats_.set_max_pull_lead(std::max(stats_.max_pull_lead(), lead));
+      if (lead > window_)
+        stats_.set_bound_violations(stats_.bound_violations() + 1);
+    }
+    return absl::OkStatus();
+  }
+
+  void PullSparse(uint32_t worker_id, SparseTable* table,
+                  std::span<const uint64_t> keys,
+                  std::span<float> out) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ReadAhead(worker_id)) {
+        // Under the lock: an apply between reading the queue and the rows
+        // would count the queue twice.
+        queue_.PullAhead(table, keys, AheadShare(), out);
+        return;
+      }
+    }
+    table->Pull(keys, out);
+  }
+
+  void PullDense(uint32_t worker_id, DenseTable* table,
+                 std::span<float> out) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ReadAhead(worker_id)) {
+        queue_.PullAhead(table, AheadShare(), out);
+        return;
+      }
+    }
+    table->Pull(out);
+  }
+
+  void UpdateMembership(uint64_t epoch,
+                        const std::vector<uint32_t>& live) override {
+    absl::MutexLock lock(&mu_);
+    if (!live_.Update(epoch, live)) return;
+    // With nobody live, what is queued is all there will be.
+    if (queued_ > 0 && AllLiveContributed() &&
+        (live_.workers().empty() || HoldsEnough())) {
+      stats_.set_applies_by_all(stats_.applies_by_all() + 1);
+      ApplyQueue();
+    }
+    advanced_.SignalAll();
+  }
+
+  uint64_t applied_rounds() const override {
+    absl::MutexLock lock(&mu_);
+    return applied_;
+  }
+
+  uint64_t RejoinClock(uint32_t worker) const override {
+    absl::MutexLock lock(&mu_);
+    return std::max(live_.ClockOf(worker), live_.SlowestLiveClock(worker));
+  }
+
+  void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
+    absl::MutexLock lock(&mu_);
+    fn(applied_);
+  }
+
+  void SetWindow(uint32_t window) override {
+    absl::MutexLock lock(&mu_);
+    window_ = std::max<uint32_t>(1, window);
+    if (queued_ >= window_) {
+      stats_.set_applies_by_window(stats_.applies_by_window() + 1);
+      ApplyQueue();
+    }
+    advanced_.SignalAll();
+  }
+
+  AggregatorStats Stats() const override {
+    absl::MutexLock lock(&mu_);
+    AggregatorStats stats = stats_;
+    stats.set_applies(applied_);
+    stats.set_queue_length(queued_);
+    stats.set_window(window_);
+    live_.FillClocks(&stats);
+    for (rpc::WorkerClock& c : *stats.mutable_clocks()) {
+      auto it = records_.find(c.worker());
+      if (it != records_.end()) c.set_last_staleness(it->second.last_staleness);
+    }
+    return stats;
+  }
+
+ private:
+  void AddWaitSince(absl::Time start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    stats_.set_ssp_wait_seconds(stats_.ssp_wait_seconds() +
+                                absl::ToDoubleSeconds(clock_.Now() - start));
+  }
+
+  // The time bound. Checked at every push and pull (waiting pulls poll), so
+  // a queue left behind by the last active worker is applied by the next
+  // request; when no worker is live the queue applies at once anyway.
+  void FlushIfOld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queued_ > 0 && clock_.Now() - oldest_ >=
+                           absl::Seconds(options_.config.flush_after_s)) {
+      stats_.set_applies_by_time(stats_.applies_by_time() + 1);
+      ApplyQueue();
+      advanced_.SignalAll();
+    }
+  }
+
+  struct WorkerRecord {
+    // The version its last pull showed: applies done then, plus one when
+    // the pull read ahead of a non-empty queue.
+    uint64_t seen_version = 0;
+    uint64_t last_staleness = 0;
+  };
+
+  // Whether `worker_id`'s pull is answered ahead of the queue, and notes the
+  // version it sees. Pulls of workers outside the live set (rank 0's
+  // evaluator) read the tables as they are.
+  bool ReadAhead(uint32_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool live = live_.Contains(worker_id);
+    const bool ahead = live && options_.config.lookahead && queued_ > 0;
+    if (live) {
+      records_[worker_id].seen_version = applied_ + (ahead ? 1 : 0);
+      if (ahead) stats_.set_pulls_ahead(stats_.pulls_ahead() + 1);
+    }
+    return ahead;
+  }
+
+  // The share of its step the queue's apply takes in a read ahead: the
+  // samples queued over those of the last apply (the job's batch per step
+  // before the first), at most 1. A read ahead thus shows the parameters
+  // as if every push were applied on arrival, with its share of a step:
+  // a worker computes on every gradient the server has, the tables take
+  // one merged step per apply.
+  float AheadShare() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t expected =
+        last_apply_batch_ > 0 ? last_apply_batch_ : options_.job_batch;
+    if (expected == 0) return 1.0f;
+    return static_cast<float>(
+        std::min(1.0, static_cast<double>(queue_.total_batch()) /
+                          static_cast<double>(expected)));
+  }
+
+  // The queue holds enough samples for an apply by "every live worker
+  // contributed": semi_async.min_apply_fraction of the job's batch per
+  // step.
+  bool HoldsEnough() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.total_batch() >= min_apply_batch_;
+  }
+
+  bool AllLiveContributed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (uint32_t w : live_.workers()) {
+      if (!contributors_.contains(w)) return false;
+    }
+    return true;
+  }
+
+  void ApplyQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    last_apply_batch_ = queue_.total_batch();
+    queue_.Apply();
+    queue_ = GradientSum();
+    queued_ = 0;
+    contributors_.clear();
+    ++applied_;
+  }
+
+  const SemiAsyncOptions options_;
+  Clock& clock_;
+  const uint64_t min_apply_batch_;
+  mutable absl::Mutex mu_;
+  absl::CondVar advanced_;  // a clock moved, or the queue applied
+  uint32_t window_ ABSL_GUARDED_BY(mu_);
+  LiveSet live_ ABSL_GUARDED_BY(mu_);
+  GradientSum queue_ ABSL_GUARDED_BY(mu_);    // the GradientQueue, merged
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // pushes in queue_
+  std::set<uint32_t> contributors_ ABSL_GUARDED_BY(mu_);  // workers in queue_
+  absl::Time oldest_ ABSL_GUARDED_BY(mu_);  // arrival of the oldest queued push
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;           // queue applies
+  uint64_t last_apply_batch_ ABSL_GUARDED_BY(mu_) = 0;  // its samples
+  std::map<uint32_t, WorkerRecord> records_ ABSL_GUARDED_BY(mu_);
+  AggregatorStats stats_ ABSL_GUARDED_BY(mu_);  // counters only
+};
+
+}  // namespace
+
+std::unique_ptr<Aggregator> NewSemiAsyncAggregator(uint32_t num_workers,
+                                                   SemiAsyncOptions options,
+                                                   Clock& clock) {
+  return std::make_unique<SemiAsyncAggregator>(num_workers, std::move(options),
+                                               clock);
+}
+
+}  // namespace hetps::aggregator_internal
