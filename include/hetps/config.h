@@ -280,9 +280,22 @@ struct Credentials {
   bool require_client_cert = false;
 };
 
+// The workers' program. Empty: the built-in trainer (`hetps worker`).
+// Otherwise `hetps launch` starts this command for every worker rank, e.g.
+// [python3, examples/torch/deepfm_movielens.py], passing the job through the
+// environment: HETPS_CONFIG (the config file), HETPS_SET (the --set
+// overrides, one per line), HETPS_RANK, and the Paddle-style variables
+// (config/environment.h) with the servers' endpoints. The hetps Python
+// module reads them (hetps.Worker.from_env, docs/PYTHON.md). A program not
+// given as a path is looked up on PATH.
+struct WorkerConfig {
+  std::vector<std::string> command;
+};
+
 struct JobConfig {
   std::string name = "hetps-job";
   ClusterConfig cluster;
+  WorkerConfig worker;
   ConsistencyMode mode = ConsistencyMode::kSync;
   int window = 0;  // semi_async initial window; 0 = choose from throughputs
   SemiAsyncConfig semi_async;
@@ -316,6 +329,14 @@ absl::Status ValidateJobConfig(JobConfig& config);
 // Parses a YAML document. Unknown fields are errors naming the field path.
 absl::StatusOr<JobConfig> ParseJobConfigYaml(const std::string& yaml_text);
 absl::StatusOr<JobConfig> LoadJobConfigFile(const std::string& path);
+
+// A job's config as every front end (the CLI, the Python module) builds it:
+// the YAML file at `path` (empty: all defaults), then the overrides in
+// order. Relative paths (train.data.path, the auth files) become absolute:
+// the file's relative to its directory, the overrides' to the working
+// directory. Not validated yet.
+absl::StatusOr<JobConfig> BuildJobConfig(
+    const std::string& path, const std::vector<std::string>& overrides);
 
 // Applies one "path=value" override (e.g. "train.epochs=3", "mode=async"),
 // as given by the CLI's --set flag.

@@ -53,44 +53,6 @@ int ConfigError(const std::string& message) {
 }
 
 // The file paths a job names.
-std::vector<std::string*> PathFields(hetps::JobConfig& config) {
-  hetps::AuthConfig& auth = config.auth;
-  return {&config.train.data.path, &auth.token_file, &auth.tls_ca,
-          &auth.tls_cert,          &auth.tls_key,    &auth.tls_client_cert,
-          &auth.tls_client_key};
-}
-
-// File, then --set overrides, then (for single roles) the Paddle-style
-// environment; validated once.
-absl::StatusOr<hetps::JobConfig> BuildConfig(
-    const std::string& path, const std::vector<std::string>& overrides) {
-  namespace fs = std::filesystem;
-  hetps::JobConfig config;
-  if (!path.empty()) {
-    auto loaded = hetps::LoadJobConfigFile(path);
-    if (!loaded.ok()) return loaded.status();
-    config = *std::move(loaded);
-    // A path in a config file is relative to that file, so a job runs the
-    // same from any directory.
-    for (std::string* p : PathFields(config)) {
-      if (!p->empty() && fs::path(*p).is_relative()) {
-        *p =
-            (fs::absolute(path).parent_path() / *p).lexically_normal().string();
-      }
-    }
-  }
-  for (const std::string& o : overrides) {
-    if (auto s = hetps::ApplyOverride(config, o); !s.ok()) return s;
-  }
-  // One given with --set is relative to the working directory.
-  for (std::string* p : PathFields(config)) {
-    if (!p->empty()) *p = fs::absolute(*p).string();
-  }
-  return config;
-}
-
-// Checks the config, resolves the job's shape (and fills in the model's
-// tables) and reads the secrets that `auth` points at.
 absl::StatusOr<hetps::JobShape> ValidateAndResolve(hetps::JobConfig& config) {
   if (auto s = hetps::ValidateJobConfig(config); !s.ok()) return s;
   auto shape = hetps::ResolveJob(config);
@@ -212,7 +174,7 @@ int main(int argc, char** argv) {
   }
   if (resume) overrides.push_back("checkpoint.resume=true");
 
-  auto config = BuildConfig(config_path, overrides);
+  auto config = hetps::BuildJobConfig(config_path, overrides);
   if (!config.ok()) return ConfigError(std::string(config.status().message()));
 
   if (*status || *save) {

@@ -6,15 +6,19 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cli/process_group.h"
 #include "common/channel.h"
 #include "common/clock.h"
@@ -95,6 +99,37 @@ void PrintLiveStatus(const JobConfig& config) {
   std::fflush(stdout);
 }
 
+// `program` as execve takes it: a path as given, a bare name looked up on
+// PATH.
+absl::StatusOr<std::string> FindProgram(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':')) {
+    if (dir.empty()) continue;
+    std::string candidate = absl::StrCat(dir, "/", program);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("'", program, "' is not a path and not found on PATH"));
+}
+
+// The environment of a worker.command process (JobConfig::WorkerConfig).
+std::vector<std::pair<std::string, std::string>> WorkerEnvironment(
+    const JobConfig& config, const LaunchOptions& options,
+    const std::vector<std::string>& overrides, int rank) {
+  return {{"HETPS_CONFIG",
+           std::filesystem::absolute(options.config_path).string()},
+          {"HETPS_SET", absl::StrJoin(overrides, "\n")},
+          {"HETPS_RANK", std::to_string(rank)},
+          {"TRAINING_ROLE", "TRAINER"},
+          {"PADDLE_TRAINER_ID", std::to_string(rank)},
+          {"PADDLE_TRAINERS_NUM", std::to_string(config.num_workers())},
+          {"PADDLE_PSERVERS_IP_PORT_LIST",
+           absl::StrJoin(config.cluster.ps_endpoints, ",")},
+          // Lines reach the launcher as they are printed.
+          {"PYTHONUNBUFFERED", "1"}};
+}
+
 int RunLaunch(JobConfig config, const LaunchOptions& options) {
   Clock& clock = Clock::Real();
   const absl::Time start = clock.Now();
@@ -114,6 +149,21 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   spdlog::info("job '{}': {} servers, {} workers, mode {}, servers at {}",
                config.name, servers, workers, ConsistencyModeName(config.mode),
                absl::StrJoin(config.cluster.ps_endpoints, ","));
+
+  // What every child gets on top of the config file: the --set flags and
+  // the servers' endpoints.
+  std::vector<std::string> overrides = options.overrides;
+  overrides.push_back("cluster.ps_endpoints=" +
+                      absl::StrJoin(config.cluster.ps_endpoints, ","));
+  std::optional<std::string> worker_program;
+  if (!config.worker.command.empty()) {
+    auto program = FindProgram(config.worker.command[0]);
+    if (!program.ok()) {
+      spdlog::error("worker.command: {}", program.status().message());
+      return kExitFailure;
+    }
+    worker_program = *program;
+  }
 
   std::atomic<int> listening{0};
   // Workers' report lines, by rank, as the output pumps see them.
@@ -139,14 +189,21 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     std::vector<std::string> argv = {options.self_path, role,
                                      "--config",        options.config_path,
                                      "--rank",          std::to_string(rank)};
-    for (const std::string& o : options.overrides) {
+    for (const std::string& o : overrides) {
       argv.push_back("--set");
       argv.push_back(o);
     }
-    argv.push_back("--set");
-    argv.push_back("cluster.ps_endpoints=" +
-                   absl::StrJoin(config.cluster.ps_endpoints, ","));
     return argv;
+  };
+  // A worker: `hetps worker`, or the job's worker.command with the job in
+  // its environment.
+  auto spawn_worker = [&](int rank) -> absl::StatusOr<pid_t> {
+    const std::string label = absl::StrCat("worker ", rank);
+    if (!worker_program) return group.Spawn(label, child_args("worker", rank));
+    std::vector<std::string> argv = config.worker.command;
+    argv[0] = *worker_program;
+    return group.Spawn(label, argv, WorkerEnvironment(config, options, overrides,
+                                                      rank));
   };
   auto fail = [&](const std::string& why) {
     spdlog::error("{}; stopping the job", why);
@@ -172,7 +229,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     }
   }
   for (int w = 0; w < workers; ++w) {
-    auto pid = group.Spawn(absl::StrCat("worker ", w), child_args("worker", w));
+    auto pid = spawn_worker(w);
     if (!pid.ok()) return fail(std::string(pid.status().message()));
   }
 
@@ -224,7 +281,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
             "cluster.max_worker_restarts = {})",
             exit->label, exit->exit_code, worker_restarts,
             config.cluster.max_worker_restarts);
-        auto pid = group.Spawn(exit->label, child_args("worker", rank));
+        auto pid = spawn_worker(rank);
         if (!pid.ok()) return fail(std::string(pid.status().message()));
         continue;
       }
@@ -379,33 +436,6 @@ int RunGenData(const CriteoGenConfig& config, const std::string& path) {
                           .dump()
                           .c_str());
   return kExitOk;
-}
-
-// The status as JSON: every field of rpc::StatusResponse by its proto name
-// (ProtoToJson), each worker's progress and each server's aggregator
-// statistics lifted into the worker's or server's own object, and a few
-// values derived for reading: compression_ratio, table_rows, cpu_fraction.
-nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
-  nlohmann::json j = ProtoToJson(status);
-  for (nlohmann::json& w : j["workers"]) {
-    w.update(w["progress"]);
-    w.erase("progress");
-    const double sent = w["sent_bytes"].get<double>();
-    w["compression_ratio"] =
-        sent > 0 ? w["raw_bytes"].get<double>() / sent : 1.0;
-  }
-  for (nlohmann::json& s : j["servers"]) {
-    nlohmann::json rows = nlohmann::json::object();
-    for (const nlohmann::json& t : s["tables"]) {
-      rows[t["schema"]["name"].get<std::string>()] = t["rows"];
-    }
-    s["table_rows"] = std::move(rows);
-    s.update(s["stats"]);
-    s.erase("stats");
-    const double elapsed = status.elapsed_s();
-    s["cpu_fraction"] = elapsed > 0 ? s["cpu_s"].get<double>() / elapsed : 0.0;
-  }
-  return j;
 }
 
 std::string FormatStatusLine(const rpc::StatusResponse& status) {

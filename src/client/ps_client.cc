@@ -18,6 +18,7 @@
 #include "common/bytes.h"
 #include "common/channel.h"
 #include "common/clock.h"
+#include "common/finite.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "compress/codec.h"
@@ -407,6 +408,11 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     requests[s].set_incarnation(impl_->options.incarnation);
     requests[s].set_clock(clock);
     requests[s].set_batch_size(batch_size);
+  }
+  // Refused whole before anything is encoded or sent: no server applies a
+  // part of a bad push, and no error-feedback residual moves.
+  for (const TableGrad& grad : grads) {
+    if (auto st = CheckFinite(grad.table, grad.values); !st.ok()) return st;
   }
   for (const TableGrad& grad : grads) {
     auto it = impl_->tables.find(grad.table);

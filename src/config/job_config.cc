@@ -196,9 +196,15 @@ void Fields(AuthConfig& c, Visit&& visit) {
 }
 
 template <typename Visit>
+void Fields(WorkerConfig& c, Visit&& visit) {
+  visit("command", c.command);
+}
+
+template <typename Visit>
 void Fields(JobConfig& c, Visit&& visit) {
   visit("name", c.name);
   visit("cluster", c.cluster);
+  visit("worker", c.worker);
   visit("mode", c.mode);
   visit("window", c.window);
   visit("semi_async", c.semi_async);

@@ -390,6 +390,9 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("log_level", "level", config.log_level, kLogLevels));
   CONFIG_RETURN_IF_ERROR(ValidateCheckpoint(config.checkpoint));
+  if (!config.worker.command.empty() && config.worker.command[0].empty()) {
+    return Invalid("worker.command: the program (first element) is empty");
+  }
 
   return ValidateTables(config.tables);
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/proto_json.h"
 #include "common/status.h"
 #include "config/table_schema.h"
 #include "hetps/version.h"
@@ -170,6 +171,42 @@ absl::StatusOr<rpc::StatusResponse> QueryStatus(
         absl::StrCat("coordinator at ", endpoint, ": ", st.error_message()));
   }
   return response;
+}
+
+nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
+  nlohmann::json j = ProtoToJson(status);
+  nlohmann::json throughput = nlohmann::json::object();
+  uint64_t max_staleness = 0;
+  for (nlohmann::json& w : j["workers"]) {
+    w.update(w["progress"]);
+    w.erase("progress");
+    const double sent = w["sent_bytes"].get<double>();
+    w["compression_ratio"] =
+        sent > 0 ? w["raw_bytes"].get<double>() / sent : 1.0;
+    if (w["live"].get<bool>()) {
+      throughput[std::to_string(w["rank"].get<uint32_t>())] =
+          w["samples_per_s"];
+      max_staleness = std::max(max_staleness, w["staleness"].get<uint64_t>());
+    }
+  }
+  uint64_t queued = 0;
+  for (nlohmann::json& s : j["servers"]) {
+    nlohmann::json rows = nlohmann::json::object();
+    for (const nlohmann::json& t : s["tables"]) {
+      rows[t["schema"]["name"].get<std::string>()] = t["rows"];
+    }
+    s["table_rows"] = std::move(rows);
+    s.update(s["stats"]);
+    s.erase("stats");
+    queued += s["queue_length"].get<uint64_t>();
+    const double elapsed = status.elapsed_s();
+    s["cpu_fraction"] = elapsed > 0 ? s["cpu_s"].get<double>() / elapsed : 0.0;
+  }
+  j["window_size"] = status.window();
+  j["worker_throughput"] = std::move(throughput);
+  j["grad_queue_length"] = queued;
+  j["max_staleness"] = max_staleness;
+  return j;
 }
 
 }  // namespace hetps

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
+#include "nlohmann/json.hpp"
 
 namespace hetps {
 
@@ -67,5 +68,15 @@ class CoordinatorClient {
 absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
                                                 double timeout_s,
                                                 const Credentials& credentials);
+
+// The status as JSON (`hetps status --json`, the Python module's
+// get_ps_status): every field of rpc::StatusResponse by its proto name
+// (ProtoToJson), each worker's progress and each server's aggregator
+// statistics lifted into the worker's or server's own object, values
+// derived for reading (compression_ratio, table_rows, cpu_fraction), and
+// the job at a glance under the names of SPEC §6: window_size,
+// worker_throughput (samples/s of each live worker, by rank),
+// grad_queue_length (pushes queued on all servers), max_staleness.
+nlohmann::json StatusToJson(const rpc::StatusResponse& status);
 
 }  // namespace hetps

@@ -1,11 +1,11 @@
 #include "server/ps_server.h"
 
-#include <bit>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/bytes.h"
+#include "common/finite.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "compress/codec.h"
@@ -14,33 +14,6 @@
 #include "hetps/version.h"
 
 namespace hetps {
-namespace {
-
-// Index of the first non-finite value, or -1. Tests the exponent bits so the
-// loop vectorises; NaN and ±Inf are exactly the floats with all ones there.
-int64_t FirstNonFinite(std::span<const float> values) {
-  constexpr uint32_t kExp = 0x7f800000u;
-  bool any = false;
-  for (float v : values) any |= (std::bit_cast<uint32_t>(v) & kExp) == kExp;
-  if (!any) return -1;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if ((std::bit_cast<uint32_t>(values[i]) & kExp) == kExp) {
-      return static_cast<int64_t>(i);
-    }
-  }
-  return -1;
-}
-
-absl::Status CheckFinite(const std::string& table,
-                         std::span<const float> values) {
-  const int64_t bad = FirstNonFinite(values);
-  if (bad < 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("table '", table, "': non-finite gradient value ",
-                   values[bad], " at index ", bad, "; push refused"));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
     const JobConfig& config, uint32_t rank, uint32_t semi_async_window,

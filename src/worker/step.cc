@@ -79,26 +79,6 @@ double StepRunner::Compute(Step& step) const {
                       step.row_grads, step.dense_grad);
 }
 
-absl::Status StepRunner::Push(std::span<const uint64_t> keys,
-                              std::span<const float> rows,
-                              std::span<const float> dense, uint32_t samples,
-                              PushCodec& codec, double compute_s) {
-  const absl::Time began = clock_.Now();
-  const TableGrad grads[] = {{sparse_table(), keys, rows},
-                             {dense_table(), {}, dense}};
-  const GradientShape parts[] = {
-      ShapeOfRows(static_cast<uint32_t>(model_.row_dim()), rows),
-      ShapeOfDense(dense)};
-  PushEncoding* encoding = codec.Prepare(parts, compute_s);
-  if (auto s = client_.Push(grads, samples, KeySet::kUnique, encoding);
-      !s.ok()) {
-    return s;
-  }
-  device_.Throttle(encoding->sent_bytes, began);
-  codec.Finished(absl::ToDoubleSeconds(clock_.Now() - began));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<EvalPoint> StepRunner::Evaluate(Reader& reader) {
   if (auto s = reader.Rewind(); !s.ok()) return s;
   Step step;
@@ -123,23 +103,6 @@ absl::StatusOr<EvalPoint> StepRunner::Evaluate(Reader& reader) {
   point.auc = Auc(scores, labels);
   point.logloss = LogLoss(scores, labels);
   return point;
-}
-
-absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
-                                                        uint32_t worker_id,
-                                                        uint32_t incarnation) {
-  PsClientOptions options;
-  options.endpoints = config.cluster.ps_endpoints;
-  options.worker_id = worker_id;
-  options.incarnation = incarnation;
-  options.rpc = config.client;
-  options.max_message_bytes = config.server.max_message_bytes;
-  options.credentials = config.credentials;
-  // Sync rounds and the semi_async clocks need every server to see every
-  // push, even one without keys of its own.
-  options.push_to_all_servers = config.mode != ConsistencyMode::kAsync;
-  options.error_feedback = config.compress.error_feedback;
-  return PsClient::Connect(options);
 }
 
 }  // namespace hetps

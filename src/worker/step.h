@@ -1,7 +1,7 @@
-// The parts of one training step a worker repeats (private to src/worker/):
+// The parts of a built-in model's training step (private to src/worker/):
 // the buffers of a batch, the pull of its rows and dense weights, forward
-// and backward, the push of its gradients, gradient accumulation over
-// push_freq batches, and evaluation on a reader's whole share.
+// and backward, gradient accumulation over push_freq batches, and
+// evaluation on a reader's whole share. The push is the session's.
 #pragma once
 
 #include <cstdint>
@@ -18,16 +18,9 @@
 #include "hetps/ps_client.h"
 #include "model/model.h"
 #include "worker/device_profile.h"
-#include "worker/push_codec.h"
+#include "worker/session.h"
 
 namespace hetps {
-
-struct EvalPoint {
-  int epoch = 0;    // epochs finished when evaluated
-  double at_s = 0;  // seconds since training started
-  double auc = 0;
-  double logloss = 0;
-};
 
 // Everything one training loop reuses from batch to batch. The batch's
 // distinct keys: the pull fetches each row once and the push carries each
@@ -72,11 +65,6 @@ class StepRunner {
   absl::Status Pull(Step& step);
   // Forward and backward on the pulled parameters; returns the summed loss.
   double Compute(Step& step) const;
-  // Pushes one gradient, encoded as `codec` chooses after `compute_s` of
-  // compute; the emulated link is throttled by the bytes actually sent.
-  absl::Status Push(std::span<const uint64_t> keys, std::span<const float> rows,
-                    std::span<const float> dense, uint32_t samples,
-                    PushCodec& codec, double compute_s);
   // AUC and logloss of the current model on `reader`'s whole share.
   absl::StatusOr<EvalPoint> Evaluate(Reader& reader);
 
@@ -90,10 +78,5 @@ class StepRunner {
   Clock& clock_;
   const std::vector<TableConfig> tables_;
 };
-
-// A PsClient for the job's servers as worker `worker_id` (or kReaderId).
-absl::StatusOr<std::unique_ptr<PsClient>> ConnectClient(const JobConfig& config,
-                                                        uint32_t worker_id,
-                                                        uint32_t incarnation);
 
 }  // namespace hetps

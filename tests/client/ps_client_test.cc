@@ -126,14 +126,29 @@ TEST_F(PsClientTest, PushWhoseReplyWasLostIsAppliedOnce) {
 
 // A server's other error is not retried: it comes back at once, prefixed
 // with the server.
+TEST_F(PsClientTest, NonFiniteGradientsAreRefusedBeforeAnythingIsSent) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t key = 9;
+  const std::vector<float> grad = {0.0f, NAN};
+  const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
+  const absl::Status s = (*client)->Push(grads, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("non-finite gradient value nan at index 1"));
+  EXPECT_EQ(plan_.calls("Push"), 0);
+  EXPECT_EQ((*client)->clock(), 0u);
+}
+
 TEST_F(PsClientTest, OtherErrorsAreNotRetried) {
   auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();
   const uint64_t key = 9;
-  const std::vector<float> grad = {NAN, 0.0f};
+  const std::vector<float> grad = {1.0f, 0.0f};
   const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
-  const absl::Status s = (*client)->Push(grads, 1);
+  // A push of zero samples: the server refuses it.
+  const absl::Status s = (*client)->Push(grads, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("batch_size must be >= 1"));
   EXPECT_THAT(s.message(), HasSubstr("server 0 (" + endpoint_ + ")"));
   EXPECT_EQ(plan_.calls("Push"), 1);
   EXPECT_TRUE(clock_.sleeps().empty());
