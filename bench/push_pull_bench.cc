@@ -8,7 +8,6 @@
 // pushes (sgd, async mode) and pulls its own N distinct keys `reps` times,
 // all workers at once; the JSON reports the median and p90 per request and
 // the aggregate keys/s (workers × N / median). Rows exist before timing.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/process_group.h"
 #include "cli/roles.h"
+#include "common/malloc_tuning.h"
 #include "common/ports.h"
 #include "hetps/ps_client.h"
 #include "nlohmann/json.hpp"
@@ -47,8 +47,7 @@ double Percentile(std::vector<double> v, double q) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  hetps::TuneMalloc();
   CLI::App app{"hetps push/pull benchmark"};
   std::string topologies = "1x1,2x2";
   std::string keys_list = "10000,100000,1000000";

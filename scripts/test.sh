@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every CTest
-# test, runs each libFuzzer target for 60 s (scripts/fuzz.sh), builds again
+# test (the Python module's pytest files among them, label "python"), runs
+# each libFuzzer target for 60 s (scripts/fuzz.sh), builds again
 # with AddressSanitizer + UBSan and runs the tests again, then builds with
 # clang under ThreadSanitizer (which also checks the lock annotations:
 # -Wthread-safety as errors) and runs the tests a third time.
@@ -14,6 +15,8 @@ scripts/fuzz.sh 60
 scripts/build.sh build-asan -DHETPS_SANITIZE=ON -DHETPS_BUILD_BENCH=OFF
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The sanitizer builds have no Python module (a plain python3 cannot load
+# sanitized libraries), so the pytest files run in the release pass only.
 # The tests that judge a model's quality (AUC against a bar or another run)
 # run in the release pass only: under the sanitizers they take 3.5 minutes
 # (ASan) and more (TSan).

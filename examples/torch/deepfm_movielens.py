@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 import torch
@@ -79,17 +80,27 @@ def train(worker: hetps.Worker, k: int, hidden: list[int],
             ps.pull()
             return torch.sigmoid(model(batch)).cpu().numpy()
 
+    def evaluate(epoch: int) -> None:
+        model.eval()
+        auc, logloss = worker.evaluate(predict)
+        worker.record_eval(auc, logloss, epoch)
+        model.train()
+        print(f"epoch {epoch}: test AUC {auc:.4f} logloss {logloss:.4f}"
+              if epoch >= 0 else f"test AUC {auc:.4f} logloss {logloss:.4f}",
+              flush=True)
+
+    # Rank 0 evaluates each epoch as its chunks move on, and every
+    # train.eval_every_s seconds if set (AUC over time, for benchmarks).
+    every_s = worker.train_config["eval_every_s"] if worker.rank == 0 else 0
+    last_eval = time.monotonic()
     epoch = 0
     for batch in worker.batches():
         if batch.epoch > epoch and worker.rank == 0:
-            # Rank 0 evaluates each epoch as its chunks move on.
-            model.eval()
-            auc, logloss = worker.evaluate(predict)
-            worker.record_eval(auc, logloss, batch.epoch)
-            print(f"epoch {batch.epoch}: test AUC {auc:.4f} logloss "
-                  f"{logloss:.4f}", flush=True)
-            model.train()
+            evaluate(batch.epoch)
         epoch = batch.epoch
+        if every_s > 0 and time.monotonic() - last_eval >= every_s:
+            evaluate(-1)
+            last_eval = time.monotonic()
         ps.pull()
         labels = torch.from_numpy(np.array(batch.labels)).to(device)
         loss = F.binary_cross_entropy_with_logits(model(batch), labels)

@@ -74,12 +74,21 @@ class _Worker:
     @property
     def tables(self) -> list[dict[str, Any]]:
         """name, kind (sparse/dense), dim, optimizer, learning_rate."""
+    @property
+    def train_config(self) -> dict[str, Any]:
+        """The job's train settings a loop follows: epochs, batch_size,
+        eval_every_epochs, eval_every_s, data_format."""
     def table_dim(self, table: str) -> int:
         """Row width of a sparse table, size of a dense one."""
     def pull_sparse(
-        self, table: str, keys: Keys, out: Optional[Floats] = None
+        self,
+        table: str,
+        keys: Keys,
+        out: Optional[Floats] = None,
+        unique_keys: bool = False,
     ) -> Floats:
-        """(len(keys), dim) rows; duplicates fetched once. ``out``: a
+        """(len(keys), dim) rows; duplicates fetched once (``unique_keys``:
+        the caller promises there are none, skipping that pass). ``out``: a
         C-contiguous float32 array to fill (and return) instead."""
     def pull_unique(
         self, table: str, keys: Keys

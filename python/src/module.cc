@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/unique_keys.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "config/credentials.h"
 #include "config/environment.h"
 #include "coord/coordinator_client.h"
@@ -209,6 +210,17 @@ class PyWorker {
     return config_.cluster.ps_endpoints;
   }
 
+  // The train section's settings a training loop follows.
+  py::dict train_config() const {
+    py::dict d;
+    d["epochs"] = config_.train.epochs;
+    d["batch_size"] = config_.train.batch_size;
+    d["eval_every_epochs"] = config_.train.eval_every_epochs;
+    d["eval_every_s"] = config_.train.eval_every_s;
+    d["data_format"] = config_.train.data.format;
+    return d;
+  }
+
   std::vector<py::dict> tables() const {
     std::vector<py::dict> out;
     for (const TableConfig& t : config_.tables) {
@@ -233,7 +245,8 @@ class PyWorker {
   }
 
   py::array_t<float> PullSparse(const std::string& table, py::handle keys_in,
-                                std::optional<py::array> out) {
+                                std::optional<py::array> out,
+                                bool unique_keys) {
     const py::array keys = Contiguous<uint64_t>(keys_in, "keys");
     const uint64_t dim = TableDim(table);
     py::array_t<float> rows =
@@ -243,7 +256,9 @@ class PyWorker {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = session_->PullSparse(table, ConstSpan<uint64_t>(keys), dst);
+      s = session_->PullSparse(
+          table, ConstSpan<uint64_t>(keys), dst,
+          unique_keys ? KeySet::kUnique : KeySet::kMayRepeat);
     }
     Check(s);
     return rows;
@@ -480,6 +495,12 @@ PYBIND11_MODULE(_hetps, m) {
   using hetps::PyBatch;
   using hetps::PyWorker;
   m.doc() = "hetps worker API (the C++ core; use the hetps package)";
+  // As every hetps process does (common/malloc_tuning.h); docs/PYTHON.md
+  // says so, and HETPS_KEEP_MALLOC=1 leaves the interpreter's malloc alone.
+  if (const char* keep = std::getenv("HETPS_KEEP_MALLOC");
+      keep == nullptr || std::string(keep) != "1") {
+    hetps::TuneMalloc();
+  }
   m.attr("__version__") = hetps::kVersionString;
 
   py::class_<PyBatch>(m, "Batch", "A batch of a worker's share of the data.")
@@ -538,9 +559,11 @@ PYBIND11_MODULE(_hetps, m) {
       .def_property_readonly("mode", &PyWorker::mode)
       .def_property_readonly("endpoints", &PyWorker::endpoints)
       .def_property_readonly("tables", &PyWorker::tables)
+      .def_property_readonly("train_config", &PyWorker::train_config)
       .def("table_dim", &PyWorker::TableDim, py::arg("table"))
       .def("pull_sparse", &PyWorker::PullSparse, py::arg("table"),
-           py::arg("keys"), py::arg("out") = py::none())
+           py::arg("keys"), py::arg("out") = py::none(),
+           py::arg("unique_keys") = false)
       .def("pull_unique", &PyWorker::PullUnique, py::arg("table"),
            py::arg("keys"))
       .def("pull_dense", &PyWorker::PullDense, py::arg("table"),

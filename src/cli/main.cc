@@ -10,7 +10,6 @@
 //   hetps export --checkpoint-dir D --out DIR   the model for serving
 //
 // Exit codes: 0 done, 1 a role failed, 2 configuration error, 130 Ctrl-C.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <climits>
@@ -23,6 +22,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/roles.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "config/credentials.h"
 #include "config/environment.h"
 #include "hetps/config.h"
@@ -31,13 +31,6 @@
 
 namespace {
 
-// Large tensors are allocated and freed on every call; glibc would give each
-// freed buffer back to the OS and fault it in again on the next request
-// (measured: 2x slower at 1M keys, docs/BENCHMARKS.md).
-void TuneMalloc() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
 
 std::string SelfPath(const char* argv0) {
   char buf[PATH_MAX];
@@ -66,7 +59,7 @@ absl::StatusOr<hetps::JobShape> ValidateAndResolve(hetps::JobConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  TuneMalloc();
+  hetps::TuneMalloc();
   CLI::App app{"hetps: a parameter server for heterogeneous clusters"};
   app.set_version_flag("--version", hetps::kVersionString);
   app.require_subcommand(1);
