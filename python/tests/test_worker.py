@@ -174,3 +174,52 @@ def test_get_ps_status_shows_window_throughput_and_queue(servers):
             s["queue_length"] for s in st["servers"])
         assert len(st["servers"]) == 2
         assert {w["rank"] for w in st["workers"]} == {0, 1}
+
+
+def test_spec_style_init_ps_cluster_and_init_worker(servers):
+    job = servers(job_yaml("async", 1, "compress: {codec: int8}"))
+    hetps.init_ps_cluster(
+        job.endpoints, workers=1, async_mode=True, window_size=0,
+        grad_compress="int8",
+        tables=[{"name": "emb", "kind": "sparse", "dim": 4,
+                 "init": {"type": "zero"},
+                 "optimizer": {"type": "sgd", "learning_rate": 1.0}},
+                {"name": "w", "kind": "dense", "dim": 10,
+                 "init": {"type": "zero"},
+                 "optimizer": {"type": "sgd", "learning_rate": 1.0}}],
+        train__model="none", log_level="warn")
+    w = hetps.init_worker(batch_size=32, push_freq=3, rank=0)
+    assert w.mode == "async" and w.batch_size == 32 and w.push_freq == 3
+    assert w.endpoints == job.endpoints
+    batch = w.next_batch()
+    assert len(batch) == 32
+    w.push({"w": np.full(10, 0.5, np.float32)}, len(batch))
+    st = hetps.get_ps_status()  # the cluster init_ps_cluster described
+    assert st["mode"] == "async" and st["workers"][0]["rank"] == 0
+    # int8 (one scale per block): a constant vector comes through exactly.
+    np.testing.assert_allclose(w.pull_dense("w"), np.full(10, -0.5),
+                               atol=1e-6)
+    report = w.finish()
+    assert set(report["sent_by_codec"]) == {"int8"}
+
+
+def test_from_env_reads_what_launch_sets(servers, monkeypatch):
+    job = servers(job_yaml("async", 2))
+    overrides = job.overrides + ["train.batch_size=16"]
+    # What `hetps launch` puts in worker 1's environment.
+    monkeypatch.setenv("HETPS_CONFIG", job.config)
+    monkeypatch.setenv("HETPS_SET", "\n".join(overrides))
+    monkeypatch.setenv("HETPS_RANK", "1")
+
+    def worker0():
+        with hetps.Worker(job.config, 0, overrides) as w:
+            return w.rank, len(w.next_batch())
+
+    def worker1():
+        with hetps.Worker.from_env() as w:
+            return (w.rank, len(w.next_batch()),
+                    w.train_config["batch_size"], w._print_report)
+
+    # HETPS_SET reached the worker's config (batch_size 16); its batches
+    # follow the coordinator's plan, made from the servers' config (8).
+    assert run_threads([worker0, worker1]) == [(0, 8), (1, 8, 16, True)]
