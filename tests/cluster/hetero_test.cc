@@ -197,16 +197,19 @@ TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSyncFinishes) {
 // issue 11: on Criteo-shaped data semi_async ended ~0.02-0.04 AUC below
 // sync with the same proportional batches. The reference cluster of
 // bench/hetero (3 workers at 2000 samples/s, 7 at 600: --speed-scale 2),
-// FM on 150k generated samples, 1 epoch, adagrad 0.05. Measured before the
-// fix (3 runs each): sync 0.720-0.725, semi_async 0.685-0.704 (its last
-// periodic evaluation ~0.716: the tail cost the rest); after: semi_async
-// 0.721-0.725. The tolerance, 0.01, is about twice sync's own run-to-run
-// spread.
+// FM on 150k generated samples of vocab 1000, 1 epoch, adagrad 0.05.
+// Measured on 7887569 (before the fix), two runs: sync 0.6955 / 0.6901,
+// semi_async 0.6707 / 0.6739 (0.016-0.025 below); after: sync 0.6912 /
+// 0.6817, semi_async 0.6972 / 0.6989. Sync's own run-to-run spread here is
+// about 0.014 (proportional batches follow measured speeds), so the check
+// is one-sided: semi_async may not end more than 0.01 below sync. (Vocab
+// 100 is left to the benchmark matrix: its hot rows make single runs of
+// every mode spread by 0.02-0.03, docs/BENCHMARKS.md §5b.)
 TEST(HeteroClusterTest, SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo) {
   TempDir dir;
   CriteoGenConfig gen;
   gen.samples = 150000;
-  gen.vocab = 100;
+  gen.vocab = 1000;
   gen.seed = 5;
   const std::string data = dir.path() + "/criteo.tsv";
   ASSERT_TRUE(GenerateCriteo(gen, data).ok());
@@ -226,8 +229,8 @@ TEST(HeteroClusterTest, SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo) {
   ASSERT_EQ(semi.result.exit_code, 0) << semi.result.output;
   const double sync_auc = sync.summary["test_auc"].get<double>();
   const double semi_auc = semi.summary["test_auc"].get<double>();
-  EXPECT_GT(sync_auc, 0.70);
-  EXPECT_NEAR(semi_auc, sync_auc, 0.01)
+  EXPECT_GT(sync_auc, 0.66);
+  EXPECT_GE(semi_auc, sync_auc - 0.01)
       << "semi_async " << semi_auc << ", sync " << sync_auc;
   // Both trained every sample once.
   EXPECT_EQ(sync.summary["samples"], semi.summary["samples"]);
