@@ -140,19 +140,23 @@ struct SemiAsyncConfig {
   // the merged gradient and the step's length; see Optimizer::Update).
   double staleness_decay = 0.5;
   // Pulls of a live worker are answered ahead of the queue: with the rows
-  // the queue's apply will leave, estimated from the pushes queued so far
-  // (their mean gradient, one optimizer step). Without it, a worker that
+  // the queue's apply would leave if it were applied now (the mean gradient
+  // of the pushes queued so far, with the share of a step their samples
+  // give it: queued samples / a full round's, at most one; a full round is
+  // the last apply of one push from every worker).
+  // Without it, a worker that
   // pushed and pulls again computes on parameters that lack the queue it
   // just joined: on a balanced cluster almost every gradient is one apply
   // stale, which costs accuracy at high learning rates (docs/ARCHITECTURE.md,
   // "Why semi_async lost accuracy").
   bool lookahead = true;
   // "Every live worker contributed" applies the queue only once it holds
-  // this fraction of the job's batch per step (train.batch_size ×
-  // cluster.workers) in samples, so a few workers left at the end of the
-  // data do not take full optimizer steps on a few samples each. The
-  // window and the time bound still apply a smaller queue; with nobody
-  // live it applies at once.
+  // this fraction of a full round's samples (before the first full round:
+  // train.batch_size × cluster.workers), so a few workers left at the end
+  // of the data do not make an apply of every push. The window and the
+  // time bound still apply a smaller queue; with nobody live it applies at
+  // once. Any apply smaller than a full round takes that share of a step
+  // (as sync's last rounds of an epoch do).
   double min_apply_fraction = 0.5;
 };
 

@@ -86,8 +86,8 @@ class AsyncAggregator final : public Aggregator {
 
 class SyncAggregator final : public Aggregator {
  public:
-  SyncAggregator(uint32_t num_workers, Clock& clock)
-      : clock_(clock), live_(num_workers) {}
+  SyncAggregator(uint32_t num_workers, uint64_t job_batch, Clock& clock)
+      : clock_(clock), live_(num_workers), full_round_(num_workers, job_batch) {}
 
   absl::Status Push(const PushView& push) override {
     absl::MutexLock lock(&mu_);
@@ -209,7 +209,10 @@ class SyncAggregator final : public Aggregator {
                             : live_.SlowestLiveClock() > applied_;
       if (!past) break;
       if (it != rounds_.end()) {
-        it->second.sum.Apply();
+        Round& round = it->second;
+        full_round_.Note(round.contributors.size(), round.contributors.size(),
+                         round.sum.total_batch());
+        round.sum.Apply(full_round_.samples());
         rounds_.erase(it);
       } else {
         ++empty;
@@ -235,6 +238,7 @@ class SyncAggregator final : public Aggregator {
   mutable absl::Mutex mu_;
   absl::CondVar round_closed_;
   LiveSet live_ ABSL_GUARDED_BY(mu_);
+  FullRound full_round_ ABSL_GUARDED_BY(mu_);
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pulls_ ABSL_GUARDED_BY(mu_) = 0;
@@ -251,8 +255,8 @@ std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers) {
 }
 
 std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
-                                              Clock& clock) {
-  return std::make_unique<SyncAggregator>(num_workers, clock);
+                                              uint64_t job_batch, Clock& clock) {
+  return std::make_unique<SyncAggregator>(num_workers, job_batch, clock);
 }
 
 }  // namespace hetps::aggregator_internal
@@ -260,16 +264,16 @@ std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
 namespace hetps {
 
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(
-    ConsistencyMode mode, uint32_t num_workers, SemiAsyncOptions semi_async,
+    ConsistencyMode mode, uint32_t num_workers, AggregatorOptions options,
     Clock& clock) {
   using namespace aggregator_internal;
   switch (mode) {
     case ConsistencyMode::kSync:
-      return NewSyncAggregator(num_workers, clock);
+      return NewSyncAggregator(num_workers, options.job_batch, clock);
     case ConsistencyMode::kAsync:
       return NewAsyncAggregator(num_workers);
     case ConsistencyMode::kSemiAsync:
-      return NewSemiAsyncAggregator(num_workers, std::move(semi_async), clock);
+      return NewSemiAsyncAggregator(num_workers, std::move(options), clock);
   }
   return absl::InvalidArgumentError("mode: unknown consistency mode");
 }

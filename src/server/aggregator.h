@@ -5,22 +5,27 @@
 //    of one key summed, weighted by each push's batch size and divided by the
 //    round's total batch — and applied once when every live worker has
 //    contributed; a pull at clock c waits until rounds 0..c-1 are applied.
+//    A round of fewer samples than a full round (the last merge of one push
+//    from every worker of the job) takes that share of a step: the last
+//    rounds of an epoch, when the workers that finished their data have
+//    left.
 //  - async: every push is applied on arrival; pulls never wait.
 //  - semi_async: pushes enter the GradientQueue, merged on arrival (each
 //    weighted by batch size and by 1 / (1 + staleness_decay · staleness),
 //    where staleness = applies the parameters it was computed on lacked).
 //    The queue is applied — the weighted mean gradient, taking
-//    Σ weight·batch / Σ batch of a full optimizer step — when it holds
-//    `window` pushes, when every live worker has contributed since the last
-//    apply and the queue holds min_apply_fraction of the job's batch per
-//    step, or when its oldest push is flush_after_s old. The SSP bound: a
-//    pull at clock c waits until c - (smallest clock of a live worker) <=
-//    window. The window changes when the coordinator says so (SetWindow).
+//    Σ weight·batch / max(Σ batch, a full round's) of a full optimizer
+//    step — when it holds `window` pushes, when every live worker has
+//    contributed since the last apply and the queue holds
+//    min_apply_fraction of a full round, or when its oldest push is
+//    flush_after_s old. The SSP bound: a pull at clock c waits until
+//    c - (smallest clock of a live worker) <= window. The window changes
+//    when the coordinator says so (SetWindow).
 //    Reads ahead (semi_async.lookahead): a live worker's pull while the
-//    queue holds pushes gets the rows the queue's apply would leave,
-//    taking the queued share of its step (queued samples / the last
-//    apply's), so a gradient is computed on every gradient the server
-//    holds; the tables still take one merged step per apply.
+//    queue holds pushes gets the rows the queue's apply would leave if it
+//    were applied now (its share of a step, as above), so a gradient is
+//    computed on every gradient the server holds; the tables still take
+//    one merged step per apply.
 //
 // Pushes are idempotent per (worker, clock): a retried push that already
 // arrived is acknowledged and not applied again.
@@ -76,22 +81,23 @@ struct PushView {
 // field there and its counting here. Counters are totals since the start.
 using AggregatorStats = rpc::AggregatorStats;
 
-struct SemiAsyncOptions {
-  uint32_t window = 2;
-  SemiAsyncConfig config;
-  // The job's batch per step, train.batch_size × cluster.workers: the
-  // unit of config.min_apply_fraction.
+struct AggregatorOptions {
+  // The samples of a full round (one push from every worker) until the
+  // first one shows the real figure: train.batch_size × cluster.workers.
+  // 0: merges take a full step until then.
   uint64_t job_batch = 0;
+  // semi_async only: the initial window and the mode's settings.
+  uint32_t window = 2;
+  SemiAsyncConfig semi_async;
 };
 
 class Aggregator {
  public:
   // `num_workers`: the workers of the job, all live at the start.
-  // `semi_async` is read in that mode only.
   // Deadlines, waits and semi_async's time bound run on `clock`.
   static absl::StatusOr<std::unique_ptr<Aggregator>> Create(
       ConsistencyMode mode, uint32_t num_workers,
-      SemiAsyncOptions semi_async = {}, Clock& clock = Clock::Real());
+      AggregatorOptions options = {}, Clock& clock = Clock::Real());
 
   virtual ~Aggregator() = default;
 

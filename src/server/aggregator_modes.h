@@ -76,13 +76,39 @@ class LiveSet {
   std::map<uint32_t, uint64_t> clocks_;
 };
 
+// The samples of one step of the whole job: those of the last merge of one
+// push from every worker of the job (a sync round, a semi_async apply);
+// before the first, train.batch_size × cluster.workers. A merge of fewer
+// samples because workers are missing from it — the last rounds of an
+// epoch, when the workers that finished their data have left — takes that
+// share of a step. (A full round with a short batch in it, where a chunk
+// ended, is a full step, as a short last batch is in local training.)
+class FullRound {
+ public:
+  FullRound(uint32_t num_workers, uint64_t job_batch)
+      : num_workers_(num_workers), samples_(job_batch) {}
+
+  // A merge of `pushes` from `contributors` distinct workers, holding
+  // `samples`, is about to apply.
+  void Note(uint64_t pushes, size_t contributors, uint64_t samples) {
+    if (contributors >= num_workers_ && pushes == contributors && samples > 0)
+      samples_ = samples;
+  }
+  uint64_t samples() const { return samples_; }
+
+ private:
+  const uint32_t num_workers_;
+  uint64_t samples_;
+};
+
 // Gradients of several pushes merged: per key (and per dense table) the sum
 // of weight · batch · gradient, with Σ weight · batch and Σ batch behind it.
 // Apply() hands the tables the weighted mean gradient and takes
-// Σ weight · batch / Σ batch of a full optimizer step with it, so that a
-// weight below 1 shortens the step under every optimizer (see
-// Optimizer::Update: adagrad and adam would undo a weight put on the
-// gradient alone).
+// Σ weight · batch / max(Σ batch, full round) of a full optimizer step
+// with it, so that a weight below 1 shortens the step under every
+// optimizer (see Optimizer::Update: adagrad and adam would undo a weight
+// put on the gradient alone), and so does a merge smaller than a full
+// round (FullRound::samples(); 0: none is).
 class GradientSum {
  public:
   // `weight` in (0, 1]: 1 for a fresh gradient, less for a stale one.
@@ -116,10 +142,10 @@ class GradientSum {
   uint64_t total_batch() const { return total_batch_; }
 
   // Applies the merged gradient to the tables.
-  void Apply() {
+  void Apply(uint64_t full_round) {
     if (total_batch_ == 0) return;
     const float mean = MeanScale();
-    const float step = StepScale();
+    const float step = StepScale(full_round);
     for (auto& [table, sum] : sparse_) {
       for (float& v : sum.values) v *= mean;
       table->Push(sum.keys, sum.values, step);
@@ -130,11 +156,10 @@ class GradientSum {
     }
   }
 
-  // The rows of `keys` as Apply() would leave them if it took `share` (in
-  // (0, 1]) of its step; the tables unchanged. Rows without a gradient here
-  // are read as they are.
+  // The rows of `keys` as Apply(full_round) would leave them now; the
+  // tables unchanged. Rows without a gradient here are read as they are.
   void PullAhead(SparseTable* table, std::span<const uint64_t> keys,
-                 float share, std::span<float> out) const {
+                 uint64_t full_round, std::span<float> out) const {
     auto it = sparse_.find(table);
     if (total_batch_ == 0 || it == sparse_.end()) {
       table->Pull(keys, out);
@@ -156,10 +181,11 @@ class GradientSum {
     for (size_t i = 0; i < keys.size(); ++i) {
       if (found[i] != kNone) ahead[i] = &grads[size_t{found[i]} * dim];
     }
-    table->PullAhead(keys, ahead, share * StepScale(), out);
+    table->PullAhead(keys, ahead, StepScale(full_round), out);
   }
 
-  void PullAhead(DenseTable* table, float share, std::span<float> out) const {
+  void PullAhead(DenseTable* table, uint64_t full_round,
+                 std::span<float> out) const {
     auto it = dense_.find(table);
     if (total_batch_ == 0 || it == dense_.end()) {
       table->Pull(out);
@@ -167,16 +193,17 @@ class GradientSum {
     }
     std::vector<float> grad(it->second);
     for (float& v : grad) v *= MeanScale();
-    table->PullAhead(grad, share * StepScale(), out);
+    table->PullAhead(grad, StepScale(full_round), out);
   }
 
  private:
   static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 
   float MeanScale() const { return static_cast<float>(1.0 / weighted_batch_); }
-  float StepScale() const {
-    return static_cast<float>(weighted_batch_ /
-                              static_cast<double>(total_batch_));
+  float StepScale(uint64_t full_round) const {
+    return static_cast<float>(
+        weighted_batch_ /
+        static_cast<double>(std::max(total_batch_, full_round)));
   }
 
   struct Sparse {
@@ -192,9 +219,9 @@ class GradientSum {
 
 std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers);
 std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
-                                              Clock& clock);
+                                              uint64_t job_batch, Clock& clock);
 std::unique_ptr<Aggregator> NewSemiAsyncAggregator(uint32_t num_workers,
-                                                   SemiAsyncOptions options,
+                                                   AggregatorOptions options,
                                                    Clock& clock);
 
 }  // namespace hetps::aggregator_internal

@@ -24,14 +24,14 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
         absl::StrCat("server rank ", rank, " out of range: the job has ",
                      servers, " servers"));
   }
-  SemiAsyncOptions semi_async;
-  semi_async.config = config.semi_async;
-  semi_async.window = semi_async_window;
-  semi_async.job_batch = static_cast<uint64_t>(config.train.batch_size) *
-                         static_cast<uint64_t>(config.num_workers());
+  AggregatorOptions options;
+  options.job_batch = static_cast<uint64_t>(config.train.batch_size) *
+                      static_cast<uint64_t>(config.num_workers());
+  options.window = semi_async_window;
+  options.semi_async = config.semi_async;
   auto aggregator = Aggregator::Create(
       config.mode, static_cast<uint32_t>(config.num_workers()),
-      std::move(semi_async), clock);
+      std::move(options), clock);
   if (!aggregator.ok()) return aggregator.status();
   std::unique_ptr<PsServer> server(new PsServer(
       config, rank, ShardMap::Uniform(servers, config.server.num_buckets),

@@ -1,7 +1,6 @@
 // semi_async (aggregator.h): the GradientQueue, its triggers, reads ahead of
 // it and the SSP bound.
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -20,15 +19,13 @@ namespace {
 // that follows a push always sees the queue either merged or applied.
 class SemiAsyncAggregator final : public Aggregator {
  public:
-  SemiAsyncAggregator(uint32_t num_workers, SemiAsyncOptions options,
+  SemiAsyncAggregator(uint32_t num_workers, AggregatorOptions options,
                       Clock& clock)
       : options_(std::move(options)),
         clock_(clock),
-        min_apply_batch_(static_cast<uint64_t>(
-            std::ceil(options_.config.min_apply_fraction *
-                      static_cast<double>(options_.job_batch)))),
         window_(std::max<uint32_t>(1, options_.window)),
-        live_(num_workers) {}
+        live_(num_workers),
+        full_round_(num_workers, options_.job_batch) {}
 
   absl::Status Push(const PushView& push) override {
     absl::MutexLock lock(&mu_);
@@ -52,7 +49,7 @@ class SemiAsyncAggregator final : public Aggregator {
       oldest_ = clock_.Now();
     }
     const double weight =
-        1.0 / (1.0 + options_.config.staleness_decay * staleness);
+        1.0 / (1.0 + options_.semi_async.staleness_decay * staleness);
     queue_.Add(push, static_cast<float>(weight));
     ++queued_;
     contributors_.insert(push.worker_id);
@@ -116,7 +113,7 @@ class SemiAsyncAggregator final : public Aggregator {
       if (ReadAhead(worker_id)) {
         // Under the lock: an apply between reading the queue and the rows
         // would count the queue twice.
-        queue_.PullAhead(table, keys, AheadShare(), out);
+        queue_.PullAhead(table, keys, full_round_.samples(), out);
         return;
       }
     }
@@ -128,7 +125,7 @@ class SemiAsyncAggregator final : public Aggregator {
     {
       absl::MutexLock lock(&mu_);
       if (ReadAhead(worker_id)) {
-        queue_.PullAhead(table, AheadShare(), out);
+        queue_.PullAhead(table, full_round_.samples(), out);
         return;
       }
     }
@@ -198,7 +195,7 @@ class SemiAsyncAggregator final : public Aggregator {
   // request; when no worker is live the queue applies at once anyway.
   void FlushIfOld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (queued_ > 0 && clock_.Now() - oldest_ >=
-                           absl::Seconds(options_.config.flush_after_s)) {
+                           absl::Seconds(options_.semi_async.flush_after_s)) {
       stats_.set_applies_by_time(stats_.applies_by_time() + 1);
       ApplyQueue();
       advanced_.SignalAll();
@@ -217,7 +214,7 @@ class SemiAsyncAggregator final : public Aggregator {
   // evaluator) read the tables as they are.
   bool ReadAhead(uint32_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool live = live_.Contains(worker_id);
-    const bool ahead = live && options_.config.lookahead && queued_ > 0;
+    const bool ahead = live && options_.semi_async.lookahead && queued_ > 0;
     if (live) {
       records_[worker_id].seen_version = applied_ + (ahead ? 1 : 0);
       if (ahead) stats_.set_pulls_ahead(stats_.pulls_ahead() + 1);
@@ -225,26 +222,12 @@ class SemiAsyncAggregator final : public Aggregator {
     return ahead;
   }
 
-  // The share of its step the queue's apply takes in a read ahead: the
-  // samples queued over those of the last apply (the job's batch per step
-  // before the first), at most 1. A read ahead thus shows the parameters
-  // as if every push were applied on arrival, with its share of a step:
-  // a worker computes on every gradient the server has, the tables take
-  // one merged step per apply.
-  float AheadShare() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const uint64_t expected =
-        last_apply_batch_ > 0 ? last_apply_batch_ : options_.job_batch;
-    if (expected == 0) return 1.0f;
-    return static_cast<float>(
-        std::min(1.0, static_cast<double>(queue_.total_batch()) /
-                          static_cast<double>(expected)));
-  }
-
   // The queue holds enough samples for an apply by "every live worker
-  // contributed": semi_async.min_apply_fraction of the job's batch per
-  // step.
+  // contributed": semi_async.min_apply_fraction of a full round.
   bool HoldsEnough() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queue_.total_batch() >= min_apply_batch_;
+    return static_cast<double>(queue_.total_batch()) >=
+           options_.semi_async.min_apply_fraction *
+               static_cast<double>(full_round_.samples());
   }
 
   bool AllLiveContributed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -255,27 +238,26 @@ class SemiAsyncAggregator final : public Aggregator {
   }
 
   void ApplyQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    last_apply_batch_ = queue_.total_batch();
-    queue_.Apply();
+    full_round_.Note(queued_, contributors_.size(), queue_.total_batch());
+    queue_.Apply(full_round_.samples());
     queue_ = GradientSum();
     queued_ = 0;
     contributors_.clear();
     ++applied_;
   }
 
-  const SemiAsyncOptions options_;
+  const AggregatorOptions options_;
   Clock& clock_;
-  const uint64_t min_apply_batch_;
   mutable absl::Mutex mu_;
   absl::CondVar advanced_;  // a clock moved, or the queue applied
   uint32_t window_ ABSL_GUARDED_BY(mu_);
   LiveSet live_ ABSL_GUARDED_BY(mu_);
+  FullRound full_round_ ABSL_GUARDED_BY(mu_);
   GradientSum queue_ ABSL_GUARDED_BY(mu_);    // the GradientQueue, merged
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // pushes in queue_
   std::set<uint32_t> contributors_ ABSL_GUARDED_BY(mu_);  // workers in queue_
   absl::Time oldest_ ABSL_GUARDED_BY(mu_);  // arrival of the oldest queued push
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;           // queue applies
-  uint64_t last_apply_batch_ ABSL_GUARDED_BY(mu_) = 0;  // its samples
   std::map<uint32_t, WorkerRecord> records_ ABSL_GUARDED_BY(mu_);
   AggregatorStats stats_ ABSL_GUARDED_BY(mu_);  // counters only
 };
@@ -283,7 +265,7 @@ class SemiAsyncAggregator final : public Aggregator {
 }  // namespace
 
 std::unique_ptr<Aggregator> NewSemiAsyncAggregator(uint32_t num_workers,
-                                                   SemiAsyncOptions options,
+                                                   AggregatorOptions options,
                                                    Clock& clock) {
   return std::make_unique<SemiAsyncAggregator>(num_workers, std::move(options),
                                                clock);

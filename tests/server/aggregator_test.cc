@@ -100,6 +100,35 @@ TEST_F(AggregatorTest, SyncMergesByBatchSizeAndAppliesOncePerRound) {
   EXPECT_EQ(Dense(), (std::vector<float>{-0.5f, -1.5f, 0.0f}));
 }
 
+// A full round (one push from each worker) takes a full step, whatever the
+// configured job batch (64 here: only the guess before the first full
+// round) and also when a chunk ended in a short batch (4 + 2), as a short
+// last batch does in local training. Once worker 1 has left, worker 0's
+// rounds take their share of the last full round's samples (4 + 4), so the
+// end of an epoch moves the model no further per sample than the rest.
+TEST_F(AggregatorTest, SyncRoundWithoutTheWorkersThatLeftTakesItsShare) {
+  AggregatorOptions options;
+  options.job_batch = 64;
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, options, clock_);
+  auto round = [&](uint64_t clock, uint32_t b0, uint32_t b1) {
+    ASSERT_TRUE(agg->Push(MakePush(0, clock, b0, {7}, {2, 2}, {0, 0, 0})).ok());
+    ASSERT_TRUE(agg->Push(MakePush(1, clock, b1, {7}, {2, 2}, {0, 0, 0})).ok());
+  };
+  round(0, 4, 4);
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));  // sgd 0.5 · 2
+  round(1, 4, 2);
+  EXPECT_EQ(Row(7), (std::vector<float>{-2.0f, -2.0f}));
+  round(2, 4, 4);
+  EXPECT_EQ(Row(7), (std::vector<float>{-3.0f, -3.0f}));
+  agg->UpdateMembership(1, {0});
+  ASSERT_TRUE(agg->Push(MakePush(0, 3, 4, {7}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(Row(7), (std::vector<float>{-3.5f, -3.5f}));  // 4 of 8
+  ASSERT_TRUE(agg->Push(MakePush(0, 4, 2, {7}, {2, 2}, {2, 0, 0})).ok());
+  EXPECT_EQ(Row(7), (std::vector<float>{-3.75f, -3.75f}));  // 2 of 8
+  EXPECT_EQ(Dense(), (std::vector<float>{-0.25f, 0.0f, 0.0f}));
+  EXPECT_EQ(agg->applied_rounds(), 5u);
+}
+
 TEST_F(AggregatorTest, SyncRetriedPushIsNotAppliedTwice) {
   auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
@@ -138,7 +167,7 @@ TEST_F(AggregatorTest, RejoinClockIsWhereTheJobIs) {
   ASSERT_TRUE(async->Push(MakePush(1, 1, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   EXPECT_EQ(async->RejoinClock(1), 2u);
   EXPECT_EQ(async->RejoinClock(0), 0u);
-  SemiAsyncOptions options;
+  AggregatorOptions options;
   options.window = 8;
   auto semi =
       *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
@@ -213,10 +242,10 @@ TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
 
 std::unique_ptr<Aggregator> SemiAsync(uint32_t workers, uint32_t window,
                                       Clock& clock) {
-  SemiAsyncOptions options;
+  AggregatorOptions options;
   options.window = window;
-  options.config.flush_after_s = 1.0;
-  options.config.staleness_decay = 0.5;
+  options.semi_async.flush_after_s = 1.0;
+  options.semi_async.staleness_decay = 0.5;
   return *Aggregator::Create(ConsistencyMode::kSemiAsync, workers,
                              std::move(options), clock);
 }
@@ -285,7 +314,7 @@ TEST_F(AggregatorTest, SemiAsyncWeighsStaleGradientsDown) {
 // queue's apply would leave them, taking the queued share of its step:
 // here 2 of the 4 samples the job's step holds, so half a step.
 TEST_F(AggregatorTest, SemiAsyncReadsAheadOfTheQueue) {
-  SemiAsyncOptions options;
+  AggregatorOptions options;
   options.window = 10;
   options.job_batch = 4;
   auto agg =
@@ -318,9 +347,9 @@ TEST_F(AggregatorTest, SemiAsyncReadsAheadOfTheQueue) {
 }
 
 TEST_F(AggregatorTest, SemiAsyncLookaheadOffReadsTheTables) {
-  SemiAsyncOptions options;
+  AggregatorOptions options;
   options.window = 10;
-  options.config.lookahead = false;
+  options.semi_async.lookahead = false;
   auto agg =
       *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {0, 0, 0})).ok());
@@ -367,13 +396,14 @@ TEST_F(AggregatorTest, SemiAsyncStaleWeightShortensAnAdagradStep) {
 
 // At the end of the data a few workers are left: "everyone contributed"
 // waits for min_apply_fraction of the job's step in samples, so a lone
-// worker's small pushes are not each a full step; with nobody live the
-// queue applies at once.
+// worker's small pushes are not each an apply, and an apply of fewer
+// samples than the job's step takes that share of a step; with nobody live
+// the queue applies at once.
 TEST_F(AggregatorTest, SemiAsyncEveryoneContributedWaitsForEnoughSamples) {
-  SemiAsyncOptions options;
+  AggregatorOptions options;
   options.window = 100;
   options.job_batch = 8;
-  options.config.min_apply_fraction = 0.5;  // 4 samples
+  options.semi_async.min_apply_fraction = 0.5;  // 4 samples
   auto agg =
       *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
   agg->UpdateMembership(1, {1});  // worker 0 finished
@@ -383,7 +413,8 @@ TEST_F(AggregatorTest, SemiAsyncEveryoneContributedWaitsForEnoughSamples) {
   }
   ASSERT_TRUE(agg->Push(MakePush(1, 3, 1, {7}, {2, 2}, {0, 0, 0})).ok());
   EXPECT_EQ(agg->applied_rounds(), 1u);
-  EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));
+  // 4 of the job's 8 samples: half of the sgd step 0.5 · 2.
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
   const uint64_t key = 7;
   std::vector<float> read(2);
   agg->PullSparse(1, &sparse_, {&key, 1}, read);  // reads v1: not stale
@@ -391,7 +422,7 @@ TEST_F(AggregatorTest, SemiAsyncEveryoneContributedWaitsForEnoughSamples) {
   EXPECT_EQ(agg->applied_rounds(), 1u);
   agg->UpdateMembership(2, {});
   EXPECT_EQ(agg->applied_rounds(), 2u);
-  EXPECT_EQ(Row(7), (std::vector<float>{-2.0f, -2.0f}));
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.625f, -0.625f}));  // + 1/8 step
 }
 
 TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {
