@@ -87,7 +87,9 @@ class AsyncAggregator final : public Aggregator {
 class SyncAggregator final : public Aggregator {
  public:
   SyncAggregator(uint32_t num_workers, uint64_t job_batch, Clock& clock)
-      : clock_(clock), live_(num_workers), full_round_(num_workers, job_batch) {}
+      : clock_(clock),
+        live_(num_workers),
+        full_round_(num_workers, job_batch) {}
 
   absl::Status Push(const PushView& push) override {
     absl::MutexLock lock(&mu_);
@@ -255,7 +257,8 @@ std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers) {
 }
 
 std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
-                                              uint64_t job_batch, Clock& clock) {
+                                              uint64_t job_batch,
+                                              Clock& clock) {
   return std::make_unique<SyncAggregator>(num_workers, job_batch, clock);
 }
 

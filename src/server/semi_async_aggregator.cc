@@ -257,7 +257,7 @@ class SemiAsyncAggregator final : public Aggregator {
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // pushes in queue_
   std::set<uint32_t> contributors_ ABSL_GUARDED_BY(mu_);  // workers in queue_
   absl::Time oldest_ ABSL_GUARDED_BY(mu_);  // arrival of the oldest queued push
-  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;           // queue applies
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;  // queue applies
   std::map<uint32_t, WorkerRecord> records_ ABSL_GUARDED_BY(mu_);
   AggregatorStats stats_ ABSL_GUARDED_BY(mu_);  // counters only
 };
