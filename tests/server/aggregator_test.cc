@@ -425,6 +425,28 @@ TEST_F(AggregatorTest, SemiAsyncEveryoneContributedWaitsForEnoughSamples) {
   EXPECT_EQ(Row(7), (std::vector<float>{-0.625f, -0.625f}));  // + 1/8 step
 }
 
+// The configured job batch (16) is a guess: the first apply of one push
+// from every worker (4 + 4) sets the full round to 8 samples, and after
+// worker 1 left, worker 0's 4 samples are half of it: enough for the floor,
+// and half a step.
+TEST_F(AggregatorTest, SemiAsyncMeasuresTheFullRound) {
+  AggregatorOptions options;
+  options.window = 100;
+  options.job_batch = 16;
+  options.semi_async.min_apply_fraction = 0.5;
+  options.semi_async.staleness_decay = 0;  // worker 0 pushes without a pull
+  auto agg =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 4, {7}, {2, 2}, {0, 0, 0})).ok());
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 4, {7}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));  // sgd 0.5 · 2
+  agg->UpdateMembership(1, {0});
+  ASSERT_TRUE(agg->Push(MakePush(0, 1, 4, {7}, {2, 2}, {0, 0, 0})).ok());
+  EXPECT_EQ(agg->applied_rounds(), 2u);
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.5f, -1.5f}));
+}
+
 TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {
   auto agg = SemiAsync(2, 2, clock_);
   for (uint64_t c = 0; c < 3; ++c) {
