@@ -143,12 +143,11 @@ struct SemiAsyncConfig {
   // the queue's apply would leave if it were applied now (the mean gradient
   // of the pushes queued so far, with the share of a step their samples
   // give it: queued samples / a full round's, at most one; a full round is
-  // the last apply of one push from every worker).
-  // Without it, a worker that
-  // pushed and pulls again computes on parameters that lack the queue it
-  // just joined: on a balanced cluster almost every gradient is one apply
-  // stale, which costs accuracy at high learning rates (docs/ARCHITECTURE.md,
-  // "Why semi_async lost accuracy").
+  // the last apply of one push from every worker). Without it, a worker
+  // that pushed and pulls again computes on parameters that lack the queue
+  // it just joined: on a balanced cluster almost every gradient is one
+  // apply stale, which costs accuracy at high learning rates
+  // (docs/ARCHITECTURE.md, "Why semi_async lost accuracy").
   bool lookahead = true;
   // "Every live worker contributed" applies the queue only once it holds
   // this fraction of a full round's samples (before the first full round:

@@ -30,7 +30,7 @@ import numpy as np
 from . import errors
 from .errors import *  # noqa: F401,F403  (the exception classes)
 from ._hetps import Batch, _Worker, __version__, auc, logloss
-from ._hetps import _query_status
+from ._hetps import _REPORT_PREFIX, _query_status
 
 __all__ = [
     "Batch",
@@ -44,9 +44,6 @@ __all__ = [
     "errors",
     "__version__",
 ] + errors.__all__
-
-_REPORT_PREFIX = "HETPS_REPORT "
-
 
 class Worker(_Worker):
     """One worker of a running hetps job.

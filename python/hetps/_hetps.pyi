@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+_REPORT_PREFIX: str  # the launcher's report-line marker (worker/session.h)
 
 Keys = Union[npt.NDArray[np.uint64], npt.NDArray[np.int64], Sequence[int]]
 Floats = npt.NDArray[np.float32]

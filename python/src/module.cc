@@ -330,13 +330,8 @@ class PyWorker {
   }
 
   void RecordEval(double auc, double logloss, int epoch) {
-    EvalPoint point;
-    point.epoch = epoch;
-    point.at_s = session_->SecondsSinceStart();
-    point.auc = auc;
-    point.logloss = logloss;
     absl::MutexLock lock(&loop_mu_);
-    session_->AddEval(point);
+    session_->AddEval(EvalNow(auc, logloss, epoch));
   }
 
   // Leaves and waits for every worker: the model is final.
@@ -352,13 +347,8 @@ class PyWorker {
 
   // The final model's held-out numbers (rank 0), for the report.
   void RecordFinalEval(double auc, double logloss) {
-    EvalPoint point;
-    point.epoch = config_.train.epochs;
-    point.at_s = session_->SecondsSinceStart();
-    point.auc = auc;
-    point.logloss = logloss;
     absl::MutexLock lock(&loop_mu_);
-    session_->AddEval(point);
+    session_->AddEval(EvalNow(auc, logloss, config_.train.epochs));
     session_->SetFinalEval(auc, logloss);
   }
 
@@ -391,6 +381,13 @@ class PyWorker {
   }
 
  private:
+  EvalPoint EvalNow(double auc, double logloss, int epoch) const {
+    return {.epoch = epoch,
+            .at_s = session_->SecondsSinceStart(),
+            .auc = auc,
+            .logloss = logloss};
+  }
+
   JobConfig config_;
   JobShape shape_;
   std::unique_ptr<WorkerSession> session_;
@@ -429,6 +426,7 @@ PYBIND11_MODULE(_hetps, m) {
     hetps::TuneMalloc();
   }
   m.attr("__version__") = hetps::kVersionString;
+  m.attr("_REPORT_PREFIX") = hetps::kReportPrefix;
 
   py::class_<PyBatch>(m, "Batch", "A batch of a worker's share of the data.")
       .def_property_readonly(

@@ -31,7 +31,6 @@
 
 namespace {
 
-
 std::string SelfPath(const char* argv0) {
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -45,7 +44,8 @@ int ConfigError(const std::string& message) {
   return hetps::kExitConfigError;
 }
 
-// The file paths a job names.
+// Checks the config, resolves the job's shape (and fills in the model's
+// tables) and reads the secrets that `auth` points at.
 absl::StatusOr<hetps::JobShape> ValidateAndResolve(hetps::JobConfig& config) {
   if (auto s = hetps::ValidateJobConfig(config); !s.ok()) return s;
   auto shape = hetps::ResolveJob(config);
