@@ -124,8 +124,8 @@ TEST_F(PsClientTest, PushWhoseReplyWasLostIsAppliedOnce) {
   EXPECT_EQ(row, (std::vector<float>{-1.0f, -2.0f}));  // sgd, lr 1, once
 }
 
-// A server's other error is not retried: it comes back at once, prefixed
-// with the server.
+// A NaN/Inf gradient is refused whole by the client: no server sees a part
+// of the push (none could apply its half), and the clock does not move.
 TEST_F(PsClientTest, NonFiniteGradientsAreRefusedBeforeAnythingIsSent) {
   auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();
@@ -139,6 +139,8 @@ TEST_F(PsClientTest, NonFiniteGradientsAreRefusedBeforeAnythingIsSent) {
   EXPECT_EQ((*client)->clock(), 0u);
 }
 
+// A server's other error is not retried: it comes back at once, prefixed
+// with the server.
 TEST_F(PsClientTest, OtherErrorsAreNotRetried) {
   auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();
