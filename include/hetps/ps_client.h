@@ -106,6 +106,11 @@ class PsClient {
   // Pushes made so far.
   uint64_t clock() const;
 
+  // The worker registered again (RegisterResponse.incarnation) after the
+  // coordinator had dropped it: requests carry the new incarnation from
+  // now on, and the servers move this client's clock to where the job is.
+  void Rejoined(uint32_t incarnation);
+
   const std::vector<std::string>& endpoints() const;
 
  private:

@@ -351,6 +351,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       per_worker.push_back({{"rank", rank},
                             {"samples", r["samples"]},
                             {"chunks", r.value("chunks", uint64_t{0})},
+                            {"rejoins", r.value("rejoins", uint64_t{0})},
                             {"busy_fraction", r.value("busy_fraction", 0.0)},
                             {"train_s", r["train_s"]},
                             {"device", r.value("device", std::string())}});

@@ -93,6 +93,7 @@ struct PsClient::Impl {
   std::optional<ShardMap> shard_map;
   absl::flat_hash_map<std::string, TableMeta> tables;
   std::atomic<uint64_t> clock{0};
+  std::atomic<uint32_t> incarnation{0};  // options.incarnation, then Rejoined
   // Residuals of lossy encodes (options.error_feedback). Pushes of one
   // client are serialized by its caller (PsClient::Push's contract).
   ErrorFeedback feedback;
@@ -240,6 +241,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClientFactory::Connect(
   }
   auto impl = std::make_unique<PsClient::Impl>();
   impl->options = options;
+  impl->incarnation = options.incarnation;
   impl->time = &clock;
   for (const std::string& endpoint : options.endpoints) {
     impl->servers.push_back({.endpoint = endpoint, .stub = stubs(endpoint)});
@@ -252,6 +254,10 @@ PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsClient::~PsClient() = default;
 
 uint64_t PsClient::clock() const { return impl_->clock.load(); }
+
+void PsClient::Rejoined(uint32_t incarnation) {
+  impl_->incarnation.store(incarnation);
+}
 
 const std::vector<std::string>& PsClient::endpoints() const {
   return impl_->options.endpoints;
@@ -306,7 +312,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
     req.set_table(table);
     req.set_dim(static_cast<uint32_t>(dim));
     req.set_worker_id(impl_->options.worker_id);
-    req.set_incarnation(impl_->options.incarnation);
+    req.set_incarnation(impl_->incarnation.load());
     req.set_clock(impl_->clock.load());
     auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
     for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
@@ -361,7 +367,7 @@ absl::Status PsClient::PullDense(const std::string& table,
     requests[s].set_table(table);
     requests[s].set_size(meta->dim);
     requests[s].set_worker_id(impl_->options.worker_id);
-    requests[s].set_incarnation(impl_->options.incarnation);
+    requests[s].set_incarnation(impl_->incarnation.load());
     requests[s].set_clock(impl_->clock.load());
   }
   absl::Status status = impl_->CallAll(
@@ -405,7 +411,7 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
   for (uint32_t s = 0; s < n; ++s) {
     requests[s].set_protocol_version(kProtocolVersion);
     requests[s].set_worker_id(impl_->options.worker_id);
-    requests[s].set_incarnation(impl_->options.incarnation);
+    requests[s].set_incarnation(impl_->incarnation.load());
     requests[s].set_clock(clock);
     requests[s].set_batch_size(batch_size);
   }

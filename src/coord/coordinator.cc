@@ -195,6 +195,7 @@ grpc::Status Coordinator::Heartbeat(grpc::ServerContext*,
     out->set_batch_size(plan.batch_size);
     out->set_push_freq(plan.push_freq);
     out->set_reason(plan.reason);
+    response->set_live(membership_.live(rank));
   }
   response->set_epoch(membership_.epoch());
   response->set_window(window_.window());

@@ -48,7 +48,12 @@ absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register() {
     ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
     rpc::RegisterResponse response;
     grpc::Status st = stub_->Register(&ctx, request, &response);
-    if (st.ok()) return response;
+    if (st.ok()) {
+      absl::MutexLock lock(&mu_);
+      registered_epoch_ = response.epoch();
+      dropped_ = false;
+      return response;
+    }
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE) {
       return FromGrpcStatus(st);
     }
@@ -93,7 +98,15 @@ absl::Status CoordinatorClient::HeartbeatNow() {
   if (!st.ok()) return FromGrpcStatus(st);
   absl::MutexLock lock(&mu_);
   if (response.plan().version() != plan_.version()) plan_ = response.plan();
+  if (!response.live() && response.epoch() > registered_epoch_) {
+    dropped_ = true;
+  }
   return absl::OkStatus();
+}
+
+bool CoordinatorClient::dropped() const {
+  absl::MutexLock lock(&mu_);
+  return dropped_;
 }
 
 absl::StatusOr<rpc::ChunkResponse> CoordinatorClient::NextChunk(

@@ -41,6 +41,10 @@ class CoordinatorClient {
   rpc::BatchPlan plan() const;
   // Sends one heartbeat now (the first plan arrives before training).
   absl::Status HeartbeatNow();
+  // Whether a heartbeat answered, since the last Register, that this worker
+  // is not in the live set: the coordinator dropped it (it was silent for
+  // longer than server.heartbeat_timeout_s) and it has to Register again.
+  bool dropped() const;
   // The next chunk of the train split (`done` when there is none left);
   // `finished_samples` were trained from the chunk held until now.
   absl::StatusOr<rpc::ChunkResponse> NextChunk(uint64_t finished_samples);
@@ -59,6 +63,10 @@ class CoordinatorClient {
   absl::CondVar stop_cv_;
   rpc::WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
   rpc::BatchPlan plan_ ABSL_GUARDED_BY(mu_);
+  // The membership epoch of the last registration: a reply to a heartbeat
+  // sent before it (an older epoch) does not say anything about it.
+  uint64_t registered_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool dropped_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
 };

@@ -28,6 +28,7 @@ class AsyncAggregator final : public Aggregator {
       // Pushes of one worker are serialized by its client, so a clock below
       // the next expected one is a retry of a push that already arrived.
       if (!inserted && push.clock < it->second) return absl::OkStatus();
+      if (auto s = live_.RefuseUnlessLive(push.worker_id); !s.ok()) return s;
       it->second = push.clock + 1;
       live_.NoteClock(push.worker_id, push.clock + 1);
     }
@@ -102,11 +103,7 @@ class SyncAggregator final : public Aggregator {
                        push.clock, " arrived after that round was applied (",
                        applied_, " rounds applied)"));
     }
-    if (!live_.Contains(push.worker_id)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker ", push.worker_id,
-          " is not in the live set (membership epoch ", live_.epoch(), ")"));
-    }
+    if (auto s = live_.RefuseUnlessLive(push.worker_id); !s.ok()) return s;
     Round& round = rounds_[push.clock];
     if (!round.contributors.insert(push.worker_id).second) {
       return absl::OkStatus();  // retry of a push already queued

@@ -28,7 +28,10 @@
 //    one merged step per apply.
 //
 // Pushes are idempotent per (worker, clock): a retried push that already
-// arrived is acknowledged and not applied again.
+// arrived is acknowledged and not applied again. In every mode a push from
+// a worker outside the live set is refused (FAILED_PRECONDITION): the
+// coordinator dropped it and gave its chunk to another worker; it registers
+// again, as a new incarnation, to train on (WorkerSession).
 //
 // A worker's clock is known from its pushes and its pulls (a pull at clock c
 // follows c pushes). A server restarted from a checkpoint starts with no

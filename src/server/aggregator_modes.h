@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/aggregator.h"
@@ -61,6 +63,15 @@ class LiveSet {
       if (w != except) slowest = std::min(slowest, ClockOf(w));
     }
     return slowest == std::numeric_limits<uint64_t>::max() ? 0 : slowest;
+  }
+  // The refusal of a push from `w` when it is not live: the coordinator
+  // dropped it (and handed its chunk to another worker), so what it
+  // computed since is not the job's; it registers again to train on.
+  absl::Status RefuseUnlessLive(uint32_t w) const {
+    if (Contains(w)) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", w, " is not in the live set (membership epoch ",
+                     epoch_, "): it was dropped and has to register again"));
   }
   void FillClocks(AggregatorStats* stats) const {
     for (const auto& [w, c] : clocks_) {

@@ -32,6 +32,7 @@ class SemiAsyncAggregator final : public Aggregator {
     // A worker's pushes are serialized by its client: a clock below the
     // one already seen is a retry whose first reply was lost.
     if (push.clock < live_.ClockOf(push.worker_id)) return absl::OkStatus();
+    if (auto s = live_.RefuseUnlessLive(push.worker_id); !s.ok()) return s;
     FlushIfOld();
     live_.NoteClock(push.worker_id, push.clock + 1);
     WorkerRecord& record = records_[push.worker_id];

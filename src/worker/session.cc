@@ -131,9 +131,30 @@ absl::Status WorkerSession::Seek(const rpc::ChunkResponse& chunk) {
   return absl::OkStatus();
 }
 
+absl::Status WorkerSession::Rejoin() {
+  spdlog::warn(
+      "worker {} was dropped from the live set (silent for longer than "
+      "server.heartbeat_timeout_s = {} s); registering again",
+      rank_, config_.server.heartbeat_timeout_s);
+  auto registration = coordinator_.Register();
+  if (!registration.ok()) return registration.status();
+  client_->Rejoined(registration->incarnation());
+  // The coordinator gave the chunk in hand to another worker when it
+  // dropped this one.
+  have_chunk_ = false;
+  chunk_samples_ = 0;
+  ++report_.rejoins;
+  spdlog::info("worker {} rejoined as incarnation {}", rank_,
+               registration->incarnation());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<size_t> WorkerSession::NextBatch(Batch* batch) {
   CloseBatch();
   if (finished_) return 0;
+  if (coordinator_.dropped()) {
+    if (auto s = Rejoin(); !s.ok()) return s;
+  }
   batch_began_ = clock_.Now();
   FollowPlan();
   while (true) {
@@ -240,13 +261,26 @@ absl::Status WorkerSession::Push(std::span<const TableGrad> grads,
     }
     parts.push_back(ShapeOfRows(static_cast<uint32_t>(*dim), g.values));
   }
+  // Pushes of a dropped worker are refused; it asks the coordinator
+  // whether that is why.
+  const auto discard_if_dropped = [&](absl::Status refused) -> absl::Status {
+    if (!coordinator_.dropped()) return refused;
+    ++report_.discarded_pushes;
+    spdlog::warn(
+        "worker {}: push of {} samples discarded ({})", rank_, samples,
+        refused.ok() ? "dropped before it was sent" : refused.message());
+    return Rejoin();
+  };
+  if (coordinator_.dropped()) return discard_if_dropped(absl::OkStatus());
   const absl::Time began = clock_.Now();
   PushEncoding* encoding = codec_->Prepare(parts, compute_since_push_s_);
   compute_since_push_s_ = 0;
-  ++report_.pushes;
   if (auto s = client_->Push(grads, samples, key_set, encoding); !s.ok()) {
-    return s;
+    if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
+    if (auto beat = coordinator_.HeartbeatNow(); !beat.ok()) return s;
+    return discard_if_dropped(s);
   }
+  ++report_.pushes;
   device_->Throttle(encoding->sent_bytes, began);
   codec_->Finished(Seconds(clock_.Now() - began));
   return absl::OkStatus();
@@ -373,6 +407,8 @@ std::string ReportToJson(const TrainReport& report) {
                       {"steps", report.steps},
                       {"pushes", report.pushes},
                       {"chunks", report.chunks},
+                      {"rejoins", report.rejoins},
+                      {"discarded_pushes", report.discarded_pushes},
                       {"busy_fraction", report.busy_fraction},
                       {"emulated", report.emulated},
                       {"device", report.device},

@@ -18,6 +18,18 @@
 // Busy time is the time outside pulls (a pull is where sync and the SSP bound
 // make a worker wait); busy_fraction = busy / training time.
 //
+// Dropped and back: a worker silent for longer than
+// server.heartbeat_timeout_s (a paused process, a link that was down) is
+// dropped by the coordinator, which hands its chunk to another worker, and
+// the servers refuse its pushes. When it runs again it notices (a heartbeat
+// reply, or a push refused while the coordinator says it is out), throws
+// away the push in hand — its batches belong to the chunk handed on —,
+// registers again as a new incarnation (the servers move its clock to where
+// the job is) and trains on from a new chunk. Batches it trained since its
+// last push and before noticing at a NextBatch go out with the next push
+// (at most push_freq - 1 of them, which the chunk's new holder trains
+// again); a push is never applied twice.
+//
 // Thread-safety: pulls may come from any thread; everything else from one
 // training loop at a time.
 #pragma once
@@ -63,6 +75,8 @@ struct TrainReport {
   uint64_t malformed_records = 0;
   uint64_t pushes = 0;
   uint64_t chunks = 0;           // chunks of the train split it trained on
+  uint32_t rejoins = 0;          // registered again after being dropped
+  uint64_t discarded_pushes = 0;  // of batches of a chunk handed on
   double busy_fraction = 0;      // time outside pulls / train_s
   bool emulated = false;         // ran under a DeviceProfile
   std::string device;            // DeviceProfile::Describe()
@@ -161,6 +175,9 @@ class WorkerSession {
   WorkerSession(const JobConfig& config, const JobShape& shape, uint32_t rank,
                 Clock& clock);
   absl::Status Open();
+  // After the coordinator dropped this worker: registers again, drops the
+  // chunk in hand, and tells the client the new incarnation.
+  absl::Status Rejoin();
   absl::Status Seek(const rpc::ChunkResponse& chunk);
   void FollowPlan();
   // Sleeps off the emulated device's compute time of the batches handed

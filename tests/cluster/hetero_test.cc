@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -104,11 +105,12 @@ TEST(HeteroClusterTest, ABatchLargerThanTheEmulatedMemoryFailsTheWorker) {
               HasSubstr("emulated out of memory: a batch of 50 samples"));
 }
 
-// Runs `config` with `sets` and kills worker 2 with SIGKILL once it has
-// trained for 2.5 s.
-testing::LaunchedJob LaunchKillingWorker2(
+// Runs `config` with `sets` and, once worker 2 has trained for 2.5 s,
+// does `to_worker2` to its pid.
+testing::LaunchedJob LaunchDisturbingWorker2(
     const TempDir& dir, const std::string& config,
-    const std::vector<std::string>& sets) {
+    const std::vector<std::string>& sets,
+    const std::function<void(pid_t)>& to_worker2) {
   testing::LaunchedJob run;
   std::thread launcher([&] { run = testing::LaunchJob(dir, config, sets); });
   const auto victim = testing::FindProcess(
@@ -116,10 +118,17 @@ testing::LaunchedJob LaunchKillingWorker2(
   EXPECT_TRUE(victim.has_value()) << "worker 2 never started";
   if (victim) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-    kill(*victim, SIGKILL);
+    to_worker2(*victim);
   }
   launcher.join();
   return run;
+}
+
+testing::LaunchedJob LaunchKillingWorker2(
+    const TempDir& dir, const std::string& config,
+    const std::vector<std::string>& sets) {
+  return LaunchDisturbingWorker2(dir, config, sets,
+                                 [](pid_t pid) { kill(pid, SIGKILL); });
 }
 
 // Kills worker 2 (slow) of 4 mid-run. The job finishes, the chunk it held
@@ -178,6 +187,53 @@ void RestartMidRun(const std::string& mode) {
   }
   EXPECT_TRUE(reported);
   EXPECT_GT(run.summary["test_auc"].get<double>(), 0.7);
+}
+
+// issue 15: worker 2 of 4 is paused (SIGSTOP) for three heartbeat timeouts
+// mid-run and then runs again (SIGCONT), as after a link that was down.
+// The coordinator drops it as before and hands its chunk on; when it runs
+// again it notices, discards the push in hand (the servers refuse it
+// anyway), registers again (incarnation 2), the servers move its clock to
+// where the job is, and it trains on — in a job that allows no failed
+// worker. Every sample is in exactly one finished chunk.
+void PauseMidRun(const std::string& mode) {
+  TempDir dir;
+  const std::string config = dir.Write("job.yaml", MixedJob(mode, 4));
+  const testing::LaunchedJob run = LaunchDisturbingWorker2(
+      dir, config, {"cluster.max_worker_failures=0", "train.epochs=4"},
+      [](pid_t pid) {
+        kill(pid, SIGSTOP);
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        kill(pid, SIGCONT);
+      });
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_THAT(out, HasSubstr("worker 2 left the live set"));
+  EXPECT_THAT(out, HasSubstr("worker 2 was dropped from the live set"));
+  EXPECT_THAT(out, HasSubstr("worker 2 registered again (incarnation 2, "
+                             "rejoined the live set)"));
+  // A request of the new incarnation reached the servers: it trained on.
+  EXPECT_THAT(out, HasSubstr("worker 2 restarted (incarnation 2): its clock"));
+  EXPECT_EQ(run.summary["failed_workers"], nlohmann::json::array());
+  EXPECT_EQ(run.summary["worker_restarts"], 0);
+  EXPECT_GE(run.summary["requeued_chunks"].get<int>(), 1);
+  EXPECT_EQ(run.summary["finished_samples"], 80000);
+  for (const auto& w : run.summary["per_worker"]) {
+    EXPECT_EQ(w["rejoins"], w["rank"] == 2 ? 1 : 0) << w.dump();
+  }
+  EXPECT_GT(run.summary["test_auc"].get<double>(), 0.7);
+}
+
+TEST(HeteroClusterTest, PausedWorkerRejoinsByItselfSync) {
+  PauseMidRun("sync");
+}
+
+TEST(HeteroClusterTest, PausedWorkerRejoinsByItselfSemiAsync) {
+  PauseMidRun("semi_async");
+}
+
+TEST(HeteroClusterTest, PausedWorkerRejoinsByItselfAsync) {
+  PauseMidRun("async");
 }
 
 TEST(HeteroClusterTest, RestartedWorkerRejoinsSync) { RestartMidRun("sync"); }

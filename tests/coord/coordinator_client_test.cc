@@ -66,6 +66,51 @@ TEST_F(CoordinatorClientTest, RegisterRetriesUntilTheCoordinatorIsUp) {
               ElementsAre(absl::Milliseconds(500), absl::Seconds(1)));
 }
 
+// issue 15: the client says it was dropped only from a reply newer than its
+// registration, and registering again clears it.
+TEST_F(CoordinatorClientTest,
+       DroppedFollowsHeartbeatsNewerThanTheRegistration) {
+  rpc::RegisterResponse first, again;
+  first.set_epoch(1);
+  first.set_incarnation(1);
+  again.set_epoch(3);
+  again.set_incarnation(2);
+  EXPECT_CALL(stub_, Register(_, _, _))
+      .WillOnce([&](auto, auto, rpc::RegisterResponse* r) {
+        *r = first;
+        return grpc::Status::OK;
+      })
+      .WillOnce([&](auto, auto, rpc::RegisterResponse* r) {
+        *r = again;
+        return grpc::Status::OK;
+      });
+  // Replies: live at epoch 1; out at epoch 2; a late "out" of epoch 2
+  // after the second registration; live at epoch 3.
+  std::vector<std::pair<uint64_t, bool>> replies = {
+      {1, true}, {2, false}, {2, false}, {3, true}};
+  size_t next = 0;
+  EXPECT_CALL(stub_, Heartbeat(_, _, _))
+      .Times(4)
+      .WillRepeatedly([&](auto, auto, rpc::HeartbeatResponse* r) {
+        r->set_epoch(replies[next].first);
+        r->set_live(replies[next].second);
+        ++next;
+        return grpc::Status::OK;
+      });
+  auto client = Client();
+  ASSERT_TRUE(client->Register().ok());
+  ASSERT_TRUE(client->HeartbeatNow().ok());
+  EXPECT_FALSE(client->dropped());
+  ASSERT_TRUE(client->HeartbeatNow().ok());
+  EXPECT_TRUE(client->dropped());
+  ASSERT_TRUE(client->Register().ok());
+  EXPECT_FALSE(client->dropped());
+  ASSERT_TRUE(client->HeartbeatNow().ok());
+  EXPECT_FALSE(client->dropped());
+  ASSERT_TRUE(client->HeartbeatNow().ok());
+  EXPECT_FALSE(client->dropped());
+}
+
 TEST_F(CoordinatorClientTest, AnUnreachableCoordinatorFailsNamingIt) {
   EXPECT_CALL(stub_, Register(_, _, _)).WillRepeatedly(Return(kDown));
   auto registered = Client()->Register();

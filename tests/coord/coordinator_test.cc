@@ -41,13 +41,14 @@ class CoordinatorTest : public ::testing::Test {
     rpc::RegisterResponse resp;
     ASSERT_TRUE(coordinator_.Register(nullptr, &req, &resp).ok());
   }
-  void Heartbeat(uint32_t rank) {
+  rpc::HeartbeatResponse Heartbeat(uint32_t rank) {
     rpc::HeartbeatRequest req;
     req.set_protocol_version(kProtocolVersion);
     req.set_rank(rank);
     req.mutable_progress()->set_clock(7);
     rpc::HeartbeatResponse resp;
-    ASSERT_TRUE(coordinator_.Heartbeat(nullptr, &req, &resp).ok());
+    EXPECT_TRUE(coordinator_.Heartbeat(nullptr, &req, &resp).ok());
+    return resp;
   }
   rpc::ChunkResponse NextChunk(uint32_t rank) {
     rpc::ChunkRequest req;
@@ -98,6 +99,28 @@ TEST_F(CoordinatorTest, ASilentWorkerIsDroppedAfterTheHeartbeatTimeout) {
   EXPECT_DOUBLE_EQ(status.workers(0).last_heartbeat_age_s(), 1.5);
   EXPECT_EQ(status.requeued_chunks(), 1u);
   EXPECT_FALSE(status.servers(0).reachable());
+}
+
+// issue 15: a dropped worker that runs again learns from its next
+// heartbeat that it is out, and is back once it registers again.
+TEST_F(CoordinatorTest, AHeartbeatTellsADroppedWorkerItIsOut) {
+  Register(0);
+  Register(1);
+  EXPECT_TRUE(Heartbeat(1).live());
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat(0);
+  EXPECT_EQ(coordinator_.ExpireSilentWorkers(), (std::vector<uint32_t>{1}));
+  const rpc::HeartbeatResponse out = Heartbeat(1);
+  EXPECT_FALSE(out.live());
+  EXPECT_EQ(out.epoch(), 2u);
+  // A heartbeat alone does not bring it back: it registers again.
+  EXPECT_EQ(coordinator_.LiveWorkers(), (std::vector<uint32_t>{0}));
+  EXPECT_TRUE(Heartbeat(0).live());
+  Register(1);
+  EXPECT_EQ(coordinator_.LiveWorkers(), (std::vector<uint32_t>{0, 1}));
+  const rpc::HeartbeatResponse back = Heartbeat(1);
+  EXPECT_TRUE(back.live());
+  EXPECT_EQ(back.epoch(), 3u);
 }
 
 TEST_F(CoordinatorTest, RanksOutsideTheJobAreRefused) {

@@ -7,11 +7,14 @@
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "support/fake_clock.h"
 #include "table/optimizer.h"
 
 namespace hetps {
 namespace {
+
+using ::testing::HasSubstr;
 
 TableConfig SgdTable(const std::string& name, TableKind kind, uint64_t dim) {
   TableConfig t;
@@ -223,6 +226,27 @@ TEST_F(AggregatorTest, SyncStopsWaitingForAWorkerThatLeft) {
   agg->UpdateMembership(1, {0, 1, 2});
   EXPECT_EQ(agg->Push(MakePush(2, 1, 1, {7}, {1, 1}, {0, 0, 0})).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// issue 15: a worker the coordinator dropped (its chunk went to another)
+// may still push when it runs again: async and semi_async refuse it as sync
+// does, until the live set holds it again (it registered again).
+TEST_F(AggregatorTest, EveryModeRefusesADroppedWorkerUntilItIsBack) {
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kAsync, ConsistencyMode::kSemiAsync,
+        ConsistencyMode::kSync}) {
+    SCOPED_TRACE(ConsistencyModeName(mode));
+    auto agg = *Aggregator::Create(mode, 2, {}, clock_);
+    agg->UpdateMembership(2, {0});  // worker 1 was dropped
+    const absl::Status s =
+        agg->Push(MakePush(1, 0, 1, {11}, {1, 1}, {0, 0, 0}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(s.message(), HasSubstr("worker 1 is not in the live set"));
+    EXPECT_EQ(agg->Stats().pushes(), 0u);
+    agg->UpdateMembership(3, {0, 1});  // it registered again
+    EXPECT_TRUE(agg->Push(MakePush(1, 0, 1, {11}, {1, 1}, {0, 0, 0})).ok());
+    EXPECT_EQ(agg->Stats().pushes(), 1u);
+  }
 }
 
 TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
