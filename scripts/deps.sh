@@ -8,6 +8,7 @@ packages=(
   libeigen3-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev  # scripts/fuzz.sh: clang++ and libFuzzer
+  iproute2  # ip netns and tc: the test hosts of tests/netns/
   # The Python module (python/) and its tests: Debian's python3 with numpy,
   # PyTorch (CPU) and pytest.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest

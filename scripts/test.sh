@@ -28,6 +28,8 @@ quality+='|Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc'
 quality+='|MovieLensDeepFmReachesTheAucBarInOneEpoch'
 quality+='|OneAndFourSyncWorkersReachTheSameAuc'
 quality+='|SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo'
+# (and the adaptive codec's choice, which follows compute time)
+quality+='|MainJobOnSixHostsWithA20MbitWorker'
 (cd build-asan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
 # ThreadSanitizer: Debian's abseil and gRPC are not built with it, so
 # tests/support/tsan_absl.cc shows abseil's Mutex to TSan, only accesses
