@@ -56,6 +56,9 @@ struct TableConfig {
   InitializerConfig init;
 };
 
+// The coordinator's port where a launcher picks the rendezvous host itself.
+inline constexpr int kDefaultRendezvousPort = 7100;
+
 struct ClusterConfig {
   // Local launch: how many processes of each role to start on `host`.
   int servers = 2;
@@ -65,6 +68,13 @@ struct ClusterConfig {
   // the counts. ps_endpoints[0] hosts the coordinator.
   std::vector<std::string> ps_endpoints;
   std::vector<std::string> worker_endpoints;
+  // Multi-host runs without endpoint lists: server 0's "host:port", where
+  // the coordinator listens (like torchrun's master address). The other
+  // servers listen on a free port of the address that reaches it and
+  // register there; workers ask it for the server list. Start order does
+  // not matter. Unused when ps_endpoints is given. `hetps run` under Slurm
+  // defaults it to the job's first node, port kDefaultRendezvousPort.
+  std::string rendezvous;
   // launch: how many workers may die (non-zero exit, killed) before the job
   // is stopped. The coordinator drops a dead worker from the live set after
   // server.heartbeat_timeout_s; rank 0 (it evaluates) must survive.
@@ -318,6 +328,9 @@ struct JobConfig {
 
   int num_servers() const;
   int num_workers() const;
+  // Where the coordinator listens: ps_endpoints[0], or cluster.rendezvous
+  // while the server list is not known yet.
+  const std::string& coordinator_address() const;
   // The emulated profile of worker `rank`, or nullptr (a real machine).
   const DeviceProfileConfig* ProfileOf(uint32_t rank) const;
   // Whether batches follow throughput (planner.batch_plan resolved).

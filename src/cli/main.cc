@@ -205,10 +205,12 @@ int main(int argc, char** argv) {
     return ConfigError("--rank: " + std::to_string(rank) + " is not in [0, " +
                        std::to_string(count) + ")");
   }
-  if (config->cluster.ps_endpoints.empty()) {
+  if (config->cluster.ps_endpoints.empty() &&
+      config->cluster.rendezvous.empty()) {
     return ConfigError(
         "cluster.ps_endpoints: a single role needs the server endpoints "
-        "(config, --set, or PADDLE_PSERVERS_IP_PORT_LIST)");
+        "(config, --set, or PADDLE_PSERVERS_IP_PORT_LIST) or "
+        "cluster.rendezvous, server 0's host:port");
   }
   hetps::SetupLogging(config->log_level, (is_server ? "server " : "worker ") +
                                              std::to_string(rank));

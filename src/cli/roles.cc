@@ -44,11 +44,43 @@ int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  const std::string& endpoint = config.cluster.ps_endpoints.at(rank);
-  auto node = ServerNode::Start(config, rank, endpoint, shape);
+  // With endpoint lists a server listens at its own; at a rendezvous server
+  // 0 listens at the rendezvous and the others at a free port of the
+  // address that reaches it, which they then register there.
+  const bool rendezvous = config.cluster.ps_endpoints.empty();
+  std::string listen, local_ip;
+  if (!rendezvous) {
+    listen = config.cluster.ps_endpoints.at(rank);
+  } else if (rank == 0) {
+    const std::string& r = config.cluster.rendezvous;
+    listen = "0.0.0.0" + r.substr(r.rfind(':'));
+  } else {
+    auto ip = LocalAddressToward(config.cluster.rendezvous);
+    if (!ip.ok()) {
+      spdlog::error("server {}: cluster.rendezvous: {}", rank,
+                    ip.status().message());
+      return kExitFailure;
+    }
+    local_ip = *ip;
+    listen = local_ip + ":0";
+  }
+  auto node = ServerNode::Start(config, rank, listen, shape);
   if (!node.ok()) {
     spdlog::error("{}", node.status().message());
     return kExitFailure;
+  }
+  std::string endpoint = listen;
+  if (rendezvous) {
+    endpoint = rank == 0 ? config.cluster.rendezvous
+                         : absl::StrCat(local_ip, ":", (*node)->port());
+  }
+  if (rendezvous && rank > 0) {
+    if (absl::Status s = RegisterServerAtRendezvous(config, rank, endpoint);
+        !s.ok()) {
+      spdlog::error("server {}: cannot register at the rendezvous: {}", rank,
+                    s.message());
+      return kExitFailure;
+    }
   }
   std::cout << kListeningPrefix << endpoint << std::endl;
   int signal_number = 0;
@@ -79,7 +111,19 @@ int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
 }
 
 int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank) {
-  auto report = RunWorker(config, shape, rank);
+  JobConfig resolved = config;
+  if (resolved.cluster.ps_endpoints.empty()) {
+    auto servers = ServersAtRendezvous(config);
+    if (!servers.ok()) {
+      spdlog::error("worker {}: cluster.rendezvous: {}", rank,
+                    servers.status().message());
+      return kExitFailure;
+    }
+    resolved.cluster.ps_endpoints = *std::move(servers);
+    spdlog::info("servers from the rendezvous: {}",
+                 absl::StrJoin(resolved.cluster.ps_endpoints, ","));
+  }
+  auto report = RunWorker(resolved, shape, rank);
   if (!report.ok()) {
     spdlog::error("worker {} failed: {}", rank, report.status().ToString());
     return kExitFailure;

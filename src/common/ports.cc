@@ -1,6 +1,7 @@
 #include "common/ports.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -35,6 +36,41 @@ absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host,
   for (int fd : fds) close(fd);
   if (!status.ok()) return status;
   return ports;
+}
+
+absl::StatusOr<std::string> LocalAddressToward(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", endpoint, "' is not host:port"));
+  }
+  const std::string host = endpoint.substr(0, colon);
+  const std::string port = endpoint.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+      e != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve ", endpoint, ": ", gai_strerror(e)));
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  const bool ok = fd >= 0 &&
+                  connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) ==
+                      0;
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  if (!ok) {
+    return absl::UnavailableError(
+        absl::StrCat("no route from this machine to ", endpoint));
+  }
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return std::string(text);
 }
 
 }  // namespace hetps

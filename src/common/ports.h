@@ -1,4 +1,5 @@
-// Free TCP ports for local clusters (launcher, tests, benchmarks).
+// Free TCP ports for local clusters (launcher, tests, benchmarks), and the
+// local address that reaches another host (rendezvous).
 #pragma once
 
 #include <string>
@@ -15,5 +16,11 @@ namespace hetps {
 // address, UNAVAILABLE when binding fails.
 absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host,
                                                int count);
+
+// The IPv4 address of this machine that packets to `endpoint` ("host:port",
+// host a name or an address) leave from: what the other side can reach us
+// at. Nothing is sent (a UDP socket is connected, not used). UNAVAILABLE
+// naming the endpoint when the host does not resolve or has no route.
+absl::StatusOr<std::string> LocalAddressToward(const std::string& endpoint);
 
 }  // namespace hetps

@@ -70,6 +70,7 @@ void Fields(ClusterConfig& c, Visit&& visit) {
   visit("workers", c.workers);
   visit("host", c.host);
   visit("ps_endpoints", c.ps_endpoints);
+  visit("rendezvous", c.rendezvous);
   visit("worker_endpoints", c.worker_endpoints);
   visit("max_worker_failures", c.max_worker_failures);
   visit("max_worker_restarts", c.max_worker_restarts);
@@ -537,6 +538,11 @@ int JobConfig::num_servers() const {
   return cluster.ps_endpoints.empty()
              ? cluster.servers
              : static_cast<int>(cluster.ps_endpoints.size());
+}
+
+const std::string& JobConfig::coordinator_address() const {
+  return cluster.ps_endpoints.empty() ? cluster.rendezvous
+                                      : cluster.ps_endpoints[0];
 }
 
 int JobConfig::num_workers() const {

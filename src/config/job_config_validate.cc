@@ -120,6 +120,11 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
       ValidateEndpoints("cluster.ps_endpoints", cluster.ps_endpoints));
   CONFIG_RETURN_IF_ERROR(
       ValidateEndpoints("cluster.worker_endpoints", cluster.worker_endpoints));
+  if (!cluster.rendezvous.empty()) {
+    if (absl::Status s = ValidateEndpoint(cluster.rendezvous); !s.ok()) {
+      return Invalid("cluster.rendezvous: ", s.message());
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "config/table_schema.h"
@@ -35,6 +36,10 @@ Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample,
           ShardMap::Uniform(config.num_servers(), config.server.num_buckets)),
       clock_(clock),
       started_(clock.Now()),
+      make_stub_(servers ? std::move(servers)
+                         : GrpcParameterServerStubs(
+                               config.server.max_message_bytes,
+                               config.credentials)),
       membership_(config.num_workers(), started_,
                   absl::Seconds(config.server.heartbeat_timeout_s),
                   absl::Seconds(config.server.heartbeat_timeout_s +
@@ -45,14 +50,18 @@ Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample,
       window_(config.semi_async,
               InitialWindow(config, ProfiledThroughputs(config))),
       planner_(config_, bytes_per_sample) {
-  if (!servers) {
-    servers = GrpcParameterServerStubs(config_.server.max_message_bytes,
-                                       config_.credentials);
-  }
-  for (const std::string& endpoint : config_.cluster.ps_endpoints) {
-    servers_.push_back(servers(endpoint));
-  }
   absl::MutexLock lock(&mu_);
+  // Servers are known from the endpoint list, or, at a rendezvous, only
+  // this one (server 0) until the others register.
+  servers_.resize(config_.num_servers());
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    const std::string& endpoint = config_.cluster.ps_endpoints.empty()
+                                      ? (s == 0 ? config_.cluster.rendezvous
+                                                : std::string())
+                                      : config_.cluster.ps_endpoints[s];
+    if (endpoint.empty()) continue;
+    servers_[s] = {endpoint, make_stub_(endpoint)};
+  }
   Replan();
 }
 
@@ -138,6 +147,9 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
                  std::string(s.message()));
     return ToGrpcStatus(s);
   }
+  if (request->role() == rpc::ROLE_SERVER) {
+    if (grpc::Status s = RegisterServer(*request); !s.ok()) return s;
+  }
   bool rejoined = false;
   {
     absl::MutexLock lock(&mu_);
@@ -165,11 +177,9 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
       changed_.SignalAll();
     }
     response->set_epoch(membership_.epoch());
+    for (const KnownServer& s : servers_) response->add_ps_endpoints(s.endpoint);
   }
-  if (rejoined) BroadcastMembership();
-  for (const std::string& e : config_.cluster.ps_endpoints) {
-    response->add_ps_endpoints(e);
-  }
+  if (rejoined || request->role() == rpc::ROLE_SERVER) BroadcastMembership();
   shard_map_.ToProto(response->mutable_shard_map());
   response->set_num_workers(config_.num_workers());
   response->set_mode(ConsistencyModeName(config_.mode));
@@ -252,15 +262,73 @@ void Coordinator::Replan() {
   }
 }
 
-std::vector<std::optional<rpc::TableInfoResponse>> Coordinator::PollServers() {
-  std::vector<std::optional<rpc::TableInfoResponse>> out(servers_.size());
+grpc::Status Coordinator::RegisterServer(const rpc::RegisterRequest& request) {
+  const uint32_t rank = request.rank();
+  if (rank >= static_cast<uint32_t>(config_.num_servers())) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("server rank ", rank, " out of range: the job has ",
+                     config_.num_servers(), " servers")));
+  }
+  if (!config_.cluster.ps_endpoints.empty()) {
+    // Endpoints are the job's, fixed: nothing to learn.
+    return grpc::Status::OK;
+  }
+  if (rank == 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "server 0 is the rendezvous itself; it does not register"));
+  }
+  if (absl::Status s = ValidateEndpoint(request.endpoint()); !s.ok()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "server ", rank, " registered a bad endpoint: ", s.message())));
+  }
+  absl::MutexLock lock(&mu_);
+  KnownServer& known = servers_[rank];
+  if (known.endpoint != request.endpoint()) {
+    known = {request.endpoint(), make_stub_(request.endpoint())};
+  }
+  spdlog::info("server {} registered at {}", rank, request.endpoint());
+  changed_.SignalAll();
+  return grpc::Status::OK;
+}
+
+grpc::Status Coordinator::Rendezvous(grpc::ServerContext*,
+                                     const rpc::RendezvousRequest* request,
+                                     rpc::RendezvousResponse* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "rendezvous");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> missing;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
+    if (servers_[s].endpoint.empty()) missing.push_back(s);
+    response->add_ps_endpoints(servers_[s].endpoint);
+  }
+  if (!missing.empty()) {
+    response->Clear();
+    return ToGrpcStatus(absl::UnavailableError(
+        absl::StrCat("servers [", absl::StrJoin(missing, ","),
+                     "] have not registered at the rendezvous yet")));
+  }
+  return grpc::Status::OK;
+}
+
+std::vector<Coordinator::KnownServer> Coordinator::Servers() const {
+  absl::MutexLock lock(&mu_);
+  return servers_;
+}
+
+std::vector<std::optional<rpc::TableInfoResponse>> Coordinator::PollServers() {
+  const std::vector<KnownServer> servers = Servers();
+  std::vector<std::optional<rpc::TableInfoResponse>> out(servers.size());
+  for (uint32_t s = 0; s < servers.size(); ++s) {
+    if (!servers[s].stub) continue;
     grpc::ClientContext ctx;
     ctx.set_deadline(RpcDeadline(clock_, 2.0));
     rpc::TableInfoRequest req;
     req.set_protocol_version(kProtocolVersion);
     rpc::TableInfoResponse info;
-    if (servers_[s]->GetTableInfo(&ctx, req, &info).ok()) out[s] = info;
+    if (servers[s].stub->GetTableInfo(&ctx, req, &info).ok()) out[s] = info;
   }
   return out;
 }
@@ -292,7 +360,7 @@ void Coordinator::AdaptWindow() {
   last_signals_ = total;
   // Pulls wait on every server at once: one worker-second held shows up
   // once per server.
-  period.ssp_wait_s /= std::max<size_t>(1, servers_.size());
+  period.ssp_wait_s /= std::max<size_t>(1, config_.num_servers());
   std::optional<WindowChange> change;
   {
     absl::MutexLock lock(&mu_);
@@ -413,10 +481,11 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
   }
   // Ask every server for its tables and queue, outside the lock.
   const auto infos = PollServers();
-  for (uint32_t s = 0; s < servers_.size(); ++s) {
+  const std::vector<KnownServer> servers = Servers();
+  for (uint32_t s = 0; s < servers.size(); ++s) {
     rpc::ServerStatus* ss = response->add_servers();
     ss->set_rank(s);
-    ss->set_endpoint(config_.cluster.ps_endpoints[s]);
+    ss->set_endpoint(servers[s].endpoint);
     ss->set_reachable(infos[s].has_value());
     if (!infos[s]) continue;
     ss->set_applied_rounds(infos[s]->applied_rounds());
@@ -436,17 +505,20 @@ void Coordinator::BroadcastMembership() {
     update.set_window(window_.window());
     for (uint32_t r : membership_.Live()) update.add_live_workers(r);
   }
-  for (uint32_t s = 0; s < servers_.size(); ++s) {
+  const std::vector<KnownServer> servers = Servers();
+  for (uint32_t s = 0; s < servers.size(); ++s) {
     // A server that is down now learns the live set from the next change;
-    // servers drop updates older than the epoch they hold.
+    // servers drop updates older than the epoch they hold. One that has not
+    // registered yet gets it when it does.
+    if (!servers[s].stub) continue;
     grpc::ClientContext ctx;
     ctx.set_deadline(RpcDeadline(clock_, config_.client.connect_deadline_s));
     ctx.set_wait_for_ready(true);
     rpc::MembershipAck ack;
-    grpc::Status st = servers_[s]->UpdateMembership(&ctx, update, &ack);
+    grpc::Status st = servers[s].stub->UpdateMembership(&ctx, update, &ack);
     if (!st.ok()) {
       spdlog::warn("membership epoch {} not delivered to server {} ({}): {}",
-                   update.epoch(), s, config_.cluster.ps_endpoints[s],
+                   update.epoch(), s, servers[s].endpoint,
                    st.error_message());
     }
   }

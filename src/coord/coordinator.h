@@ -1,5 +1,6 @@
 // Coordinator: the job's membership and status authority. Runs inside server
-// rank 0 (no extra process), reachable at ps_endpoints[0]. It composes
+// rank 0 (no extra process), reachable at ps_endpoints[0] (or at
+// cluster.rendezvous). It composes
 // units that are tested alone: Membership (the live set and its epochs),
 // ChunkQueue (the train split's chunks), BatchPlanner and WindowController
 // (with the signal summation in window_controller.h).
@@ -7,6 +8,8 @@
 //  - Register checks the protocol version and the table schema a node
 //    expects against the job's, and refuses a mismatch with
 //    FAILED_PRECONDITION naming what differs, before any tensor moves.
+//  - Rendezvous (cluster.rendezvous, no ps_endpoints): servers register
+//    with their endpoint; Rendezvous answers the list once all have.
 //  - Membership: a watcher thread expires silent workers; every change of
 //    the live set is sent to every server (UpdateMembership), so no mode
 //    waits for a gone worker, and the chunk a gone worker held goes back to
@@ -95,6 +98,9 @@ class Coordinator final : public rpc::Coordinator::Service {
   grpc::Status NextChunk(grpc::ServerContext* context,
                          const rpc::ChunkRequest* request,
                          rpc::ChunkResponse* response) override;
+  grpc::Status Rendezvous(grpc::ServerContext* context,
+                          const rpc::RendezvousRequest* request,
+                          rpc::RendezvousResponse* response) override;
 
   std::vector<uint32_t> LiveWorkers() const;
   uint64_t epoch() const;
@@ -120,15 +126,28 @@ class Coordinator final : public rpc::Coordinator::Service {
   void Replan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rank check for handlers: INVALID_ARGUMENT when out of range.
   grpc::Status CheckRank(uint32_t rank) const;
+  // A server's registration (rendezvous): its endpoint, and a stub to it.
+  grpc::Status RegisterServer(const rpc::RegisterRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A server as known now: its stub is null until it registered (a
+  // rendezvous job); stubs stay alive while a copy is in use.
+  struct KnownServer {
+    std::string endpoint;
+    std::shared_ptr<rpc::ParameterServer::StubInterface> stub;
+  };
+  // A copy, for RPCs made outside mu_.
+  std::vector<KnownServer> Servers() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const JobConfig config_;
   const ShardMap shard_map_;
   Clock& clock_;
   const absl::Time started_;
-  std::vector<std::unique_ptr<rpc::ParameterServer::StubInterface>> servers_;
+  const ParameterServerStubs make_stub_;
 
   mutable absl::Mutex mu_;
+  std::vector<KnownServer> servers_ ABSL_GUARDED_BY(mu_);  // by rank
   absl::CondVar changed_;  // membership, barriers or stopping_ changed
   Membership membership_ ABSL_GUARDED_BY(mu_);
   ChunkQueue chunks_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "coord/coordinator_client.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -19,7 +20,7 @@ CoordinatorClient::CoordinatorClient(const JobConfig& config, uint32_t rank,
       stub_((stubs ? stubs
                    : GrpcCoordinatorStubs(config.server.max_message_bytes,
                                           config.credentials))(
-          config.cluster.ps_endpoints.at(0))) {}
+          config.coordinator_address())) {}
 
 CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
 
@@ -32,43 +33,104 @@ void CoordinatorClient::StopHeartbeats() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register() {
+namespace {
+
+// Calls `call` until it answers anything but UNAVAILABLE, with back-off,
+// for at most client.connect_deadline_s; then UNAVAILABLE naming the
+// coordinator, what it stayed (`state`) and the last error.
+grpc::Status CallUntilAvailable(const JobConfig& config, Clock& clock,
+                                const std::function<grpc::Status()>& call,
+                                const char* state = "unreachable") {
+  const absl::Time start = clock.Now();
+  const absl::Duration limit = absl::Seconds(config.client.connect_deadline_s);
+  absl::Duration backoff = absl::Seconds(config.client.initial_backoff_s);
+  while (true) {
+    grpc::Status st = call();
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) return st;
+    const absl::Duration waited = clock.Now() - start;
+    if (waited >= limit) {
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("coordinator at ", config.coordinator_address(), " ",
+                       state, " for ", absl::FormatDuration(waited),
+                       " (client.connect_deadline_s = ",
+                       config.client.connect_deadline_s,
+                       "); last error: ", st.error_message()));
+    }
+    clock.SleepFor(std::min(backoff, limit - waited));
+    backoff = std::min(backoff * 2, absl::Seconds(config.client.max_backoff_s));
+  }
+}
+
+rpc::RegisterRequest RegisterRequestOf(const JobConfig& config, rpc::Role role,
+                                       uint32_t rank) {
   rpc::RegisterRequest request;
   request.set_protocol_version(kProtocolVersion);
-  request.set_role(rpc::ROLE_WORKER);
-  request.set_rank(rank_);
-  for (const TableConfig& t : config_.tables) {
+  request.set_role(role);
+  request.set_rank(rank);
+  for (const TableConfig& t : config.tables) {
     ToSchemaProto(t, request.add_tables());
   }
-  const absl::Time start = clock_.Now();
-  const absl::Duration limit = absl::Seconds(config_.client.connect_deadline_s);
-  absl::Duration backoff = absl::Seconds(config_.client.initial_backoff_s);
-  while (true) {
+  return request;
+}
+
+}  // namespace
+
+absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register() {
+  const rpc::RegisterRequest request =
+      RegisterRequestOf(config_, rpc::ROLE_WORKER, rank_);
+  rpc::RegisterResponse response;
+  grpc::Status st = CallUntilAvailable(config_, clock_, [&] {
     grpc::ClientContext ctx;
     ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+    return stub_->Register(&ctx, request, &response);
+  });
+  if (!st.ok()) return FromGrpcStatus(st);
+  absl::MutexLock lock(&mu_);
+  registered_epoch_ = response.epoch();
+  dropped_ = false;
+  return response;
+}
+
+absl::Status RegisterServerAtRendezvous(const JobConfig& config, uint32_t rank,
+                                        const std::string& endpoint,
+                                        CoordinatorStubs stubs, Clock& clock) {
+  auto stub = (stubs ? stubs
+                     : GrpcCoordinatorStubs(config.server.max_message_bytes,
+                                            config.credentials))(
+      config.coordinator_address());
+  rpc::RegisterRequest request =
+      RegisterRequestOf(config, rpc::ROLE_SERVER, rank);
+  request.set_endpoint(endpoint);
+  grpc::Status st = CallUntilAvailable(config, clock, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(RpcDeadline(clock, config.client.rpc_timeout_s));
     rpc::RegisterResponse response;
-    grpc::Status st = stub_->Register(&ctx, request, &response);
-    if (st.ok()) {
-      absl::MutexLock lock(&mu_);
-      registered_epoch_ = response.epoch();
-      dropped_ = false;
-      return response;
-    }
-    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) {
-      return FromGrpcStatus(st);
-    }
-    const absl::Duration waited = clock_.Now() - start;
-    if (waited >= limit) {
-      return absl::UnavailableError(absl::StrCat(
-          "coordinator at ", config_.cluster.ps_endpoints[0],
-          " unreachable for ", absl::FormatDuration(waited),
-          " (client.connect_deadline_s = ", config_.client.connect_deadline_s,
-          "); last error: ", st.error_message()));
-    }
-    clock_.SleepFor(std::min(backoff, limit - waited));
-    backoff =
-        std::min(backoff * 2, absl::Seconds(config_.client.max_backoff_s));
-  }
+    return stub->Register(&ctx, request, &response);
+  });
+  return FromGrpcStatus(st);
+}
+
+absl::StatusOr<std::vector<std::string>> ServersAtRendezvous(
+    const JobConfig& config, CoordinatorStubs stubs, Clock& clock) {
+  auto stub = (stubs ? stubs
+                     : GrpcCoordinatorStubs(config.server.max_message_bytes,
+                                            config.credentials))(
+      config.coordinator_address());
+  rpc::RendezvousRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  rpc::RendezvousResponse response;
+  grpc::Status st = CallUntilAvailable(
+      config, clock,
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(RpcDeadline(clock, config.client.rpc_timeout_s));
+        return stub->Rendezvous(&ctx, request, &response);
+      },
+      "unreachable or without every server");
+  if (!st.ok()) return FromGrpcStatus(st);
+  return std::vector<std::string>(response.ps_endpoints().begin(),
+                                  response.ps_endpoints().end());
 }
 
 void CoordinatorClient::ReportProgress(const rpc::WorkerProgress& progress) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -23,7 +24,7 @@ namespace hetps {
 
 class CoordinatorClient {
  public:
-  // The coordinator at cluster.ps_endpoints[0], over `stubs` (default: gRPC
+  // The coordinator at config.coordinator_address(), over `stubs` (default: gRPC
   // with the job's limits and credentials); waits and back-off on `clock`.
   CoordinatorClient(const JobConfig& config, uint32_t rank,
                     Clock& clock = Clock::Real(), CoordinatorStubs stubs = {});
@@ -70,6 +71,19 @@ class CoordinatorClient {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
 };
+
+// cluster.rendezvous: server `rank` (> 0) tells the coordinator where it
+// listens; retried while the coordinator is unreachable (within
+// client.connect_deadline_s), then UNAVAILABLE naming the rendezvous.
+absl::Status RegisterServerAtRendezvous(const JobConfig& config, uint32_t rank,
+                                        const std::string& endpoint,
+                                        CoordinatorStubs stubs = {},
+                                        Clock& clock = Clock::Real());
+// cluster.rendezvous: every server's endpoint, by rank, once all registered;
+// retried meanwhile (the error names the rendezvous and who is missing).
+absl::StatusOr<std::vector<std::string>> ServersAtRendezvous(
+    const JobConfig& config, CoordinatorStubs stubs = {},
+    Clock& clock = Clock::Real());
 
 // Reads the status of a running job from its coordinator, connecting with
 // the job's `credentials`.

@@ -84,7 +84,7 @@ void ServerNode::Shutdown(absl::Duration grace) {
 
 void ServerNode::FetchMembership(const JobConfig& config) {
   auto status =
-      QueryStatus(config.cluster.ps_endpoints.at(0),
+      QueryStatus(config.coordinator_address(),
                   config.client.connect_deadline_s, config.credentials);
   if (!status.ok()) {
     spdlog::warn(

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "cli/roles.h"
 #include "cluster/pattern.h"
@@ -374,6 +375,71 @@ TEST(ClusterTest, WorkerStartedBeforeItsServersWaitsAndSucceeds) {
   ASSERT_TRUE(exit.has_value()) << "worker did not finish";
   EXPECT_EQ(exit->label, "worker 0");
   EXPECT_EQ(exit->exit_code, 0);
+}
+
+// issue 15: a job started from one well-known address. The workers start
+// first, then server 1 (it listens on a free port and waits for the
+// coordinator), then server 0 at the rendezvous: start order does not
+// matter, server 1 registers, the workers learn both endpoints and train.
+TEST(ClusterTest, RendezvousJobStartsInAnyOrder) {
+  TempDir dir;
+  const std::string rendezvous = testing::FreeEndpoints(1)[0];
+  const std::string config = dir.Write(
+      "job.yaml",
+      absl::StrCat("mode: sync\ncluster: {servers: 2, workers: 2, "
+                   "rendezvous: '",
+                   rendezvous,
+                   "'}\ntrain:\n  epochs: 1\n  data: {train_samples: 2000, "
+                   "test_samples: 500}\n"));
+  std::mutex mu;
+  std::vector<std::string> lines;
+  ProcessGroup group([&](const std::string& label, const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(label + ": " + line);
+  });
+  const auto spawn = [&](const std::string& role, int rank) {
+    auto pid = group.Spawn(absl::StrCat(role, " ", rank),
+                           {testing::HetpsBinary(), role, "--config", config,
+                            "--rank", std::to_string(rank)});
+    ASSERT_TRUE(pid.ok()) << pid.status();
+  };
+  spawn("worker", 0);
+  spawn("worker", 1);
+  spawn("server", 1);
+  spawn("server", 0);
+  int finished = 0;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (finished < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::optional<ChildExit> exit = group.WaitAny(absl::Milliseconds(100));
+    if (!exit) continue;
+    ASSERT_TRUE(absl::StartsWith(exit->label, "worker")) << exit->label;
+    EXPECT_EQ(exit->exit_code, 0) << exit->label;
+    ++finished;
+  }
+  EXPECT_EQ(finished, 2) << "the workers did not finish";
+  group.StopAll(absl::Seconds(5));
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string out = absl::StrJoin(lines, "\n");
+  EXPECT_THAT(out, HasSubstr("server 1 registered at 127.0.0.1:"));
+  EXPECT_THAT(out, HasSubstr("servers from the rendezvous: " + rendezvous +
+                             ",127.0.0.1:"));
+  EXPECT_THAT(out, HasSubstr("final model: test AUC"));
+}
+
+TEST(ClusterTest, UnreachableRendezvousFailsNamingIt) {
+  const std::string rendezvous = testing::FreeEndpoints(1)[0];
+  for (const char* role : {"worker", "server"}) {
+    const auto result = RunCommand(
+        {testing::HetpsBinary(), role, "--rank", "1", "--set",
+         "cluster.rendezvous=" + rendezvous, "--set", "cluster.workers=2",
+         "--set", "client.connect_deadline_s=2"},
+        std::chrono::seconds(30));
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_THAT(result.output,
+                HasSubstr("coordinator at " + rendezvous + " unreachable"));
+    EXPECT_LT(result.seconds, 10.0);
+  }
 }
 
 }  // namespace

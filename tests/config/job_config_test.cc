@@ -239,6 +239,9 @@ TEST(JobConfigTest, ValidationNamesTheField) {
       StatusIs(kInvalid, "cluster.ps_endpoints[1]: 'foo' is not host:port"));
   EXPECT_THAT(ValidateYaml("cluster: {worker_endpoints: ['a:1', 'a:1']}\n"),
               StatusIs(kInvalid, HasSubstr("cluster.worker_endpoints[1]")));
+  EXPECT_THAT(ValidateYaml("cluster: {rendezvous: 'node01'}\n"),
+              StatusIs(kInvalid, HasSubstr("cluster.rendezvous: ")));
+  EXPECT_TRUE(ValidateYaml("cluster: {rendezvous: 'node01:7100'}\n").ok());
   EXPECT_THAT(ValidateYaml("train: {batch_size: 0}\n"),
               StatusIs(kInvalid, HasSubstr("train.batch_size: must be >= 1")));
   EXPECT_THAT(ValidateYaml("train: {epochs: 0}\n"),

@@ -123,6 +123,57 @@ TEST_F(CoordinatorTest, AHeartbeatTellsADroppedWorkerItIsOut) {
   EXPECT_EQ(back.epoch(), 3u);
 }
 
+// issue 15: without endpoint lists, servers register at the rendezvous
+// (server 0's address) and Rendezvous answers every endpoint once all did.
+TEST(CoordinatorRendezvousTest, ServersRegisterAndTheListIsAnsweredWhenFull) {
+  JobConfig config = TwoWorkerJob();
+  config.cluster.ps_endpoints.clear();
+  config.cluster.servers = 3;
+  config.cluster.rendezvous = "10.0.0.1:7100";
+  FakeClock clock;
+  FaultPlan plan;
+  plan.SetDead(true);
+  Coordinator coordinator(config, 0, clock, FaultyStubs(plan));
+  const auto rendezvous = [&](rpc::RendezvousResponse* resp) {
+    rpc::RendezvousRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    return coordinator.Rendezvous(nullptr, &req, resp);
+  };
+  const auto register_server = [&](uint32_t rank, const std::string& at) {
+    rpc::RegisterRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_role(rpc::ROLE_SERVER);
+    req.set_rank(rank);
+    req.set_endpoint(at);
+    rpc::RegisterResponse resp;
+    return coordinator.Register(nullptr, &req, &resp);
+  };
+  rpc::RendezvousResponse early;
+  const grpc::Status waiting = rendezvous(&early);
+  EXPECT_EQ(waiting.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(waiting.error_message(), HasSubstr("servers [1,2]"));
+  EXPECT_EQ(early.ps_endpoints_size(), 0);
+
+  EXPECT_EQ(register_server(2, "10.0.0.3:4242").error_code(),
+            grpc::StatusCode::OK);
+  // A registered server is sent the live set at once.
+  EXPECT_EQ(plan.calls("UpdateMembership"), 2);  // to servers 0 and 2
+  EXPECT_EQ(register_server(1, "no port").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(register_server(0, "10.0.0.9:1").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(register_server(3, "10.0.0.9:1").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(rendezvous(&early).error_message(), HasSubstr("servers [1]"));
+
+  EXPECT_TRUE(register_server(1, "10.0.0.2:5151").ok());
+  rpc::RendezvousResponse full;
+  ASSERT_TRUE(rendezvous(&full).ok());
+  EXPECT_THAT(full.ps_endpoints(),
+              ::testing::ElementsAre("10.0.0.1:7100", "10.0.0.2:5151",
+                                     "10.0.0.3:4242"));
+}
+
 TEST_F(CoordinatorTest, RanksOutsideTheJobAreRefused) {
   rpc::ChunkRequest req;
   req.set_protocol_version(kProtocolVersion);
