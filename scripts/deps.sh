@@ -9,9 +9,11 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev  # scripts/fuzz.sh: clang++ and libFuzzer
   iproute2  # ip netns and tc: the test hosts of tests/netns/
+  openmpi-bin  # mpirun: tests/launchers/mpirun_test.sh
   # The Python module (python/) and its tests: Debian's python3 with numpy,
   # PyTorch (CPU) and pytest.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  python3-yaml  # tests/launchers/k8s_check.py
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -80,6 +80,14 @@ int main(int argc, char** argv) {
   launch->add_option("--summary-json", summary_json,
                      "write the final summary as JSON here");
 
+  auto* run = app.add_subcommand(
+      "run",
+      "run the role mpirun or srun gives this process (ranks below "
+      "cluster.servers serve, the rest train; they meet at "
+      "cluster.rendezvous)");
+  run->add_option("config", config_path, "job YAML")->required();
+  run->add_option("--set", overrides, "override a field: path=value");
+
   auto* server = app.add_subcommand("server", "run one server");
   auto* worker = app.add_subcommand("worker", "run one worker");
   for (CLI::App* role : {server, worker}) {
@@ -193,13 +201,24 @@ int main(int argc, char** argv) {
   }
 
   // A single role: the environment may name endpoints, role and rank.
-  auto assigned = hetps::ApplyPaddleEnvironment(*config, std::getenv);
+  const bool by_launcher = run->parsed();
+  auto assigned = by_launcher
+                      ? hetps::ApplyLauncherEnvironment(*config, std::getenv)
+                      : hetps::ApplyPaddleEnvironment(*config, std::getenv);
   if (!assigned.ok())
     return ConfigError(std::string(assigned.status().message()));
+  if (by_launcher && assigned->role == hetps::RoleAssignment::kNone) {
+    return ConfigError(
+        "hetps run: no launcher variables (OMPI_COMM_WORLD_RANK from mpirun, "
+        "SLURM_PROCID from srun); start a single role with hetps server|worker "
+        "--rank N");
+  }
   if (rank < 0) rank = assigned->rank;
   auto shape = ValidateAndResolve(*config);
   if (!shape.ok()) return ConfigError(std::string(shape.status().message()));
-  const bool is_server = server->parsed();
+  const bool is_server = by_launcher
+                             ? assigned->role == hetps::RoleAssignment::kServer
+                             : server->parsed();
   const int count = is_server ? config->num_servers() : config->num_workers();
   if (rank < 0 || rank >= count) {
     return ConfigError("--rank: " + std::to_string(rank) + " is not in [0, " +
@@ -214,6 +233,6 @@ int main(int argc, char** argv) {
   }
   hetps::SetupLogging(config->log_level, (is_server ? "server " : "worker ") +
                                              std::to_string(rank));
-  return is_server ? hetps::RunServerRole(*config, *shape, rank)
-                   : hetps::RunWorkerRole(*config, *shape, rank);
+  return is_server ? hetps::RunServerRole(*config, *shape, rank, by_launcher)
+                   : hetps::RunWorkerRole(*config, *shape, rank, by_launcher);
 }

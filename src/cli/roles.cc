@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -25,6 +26,7 @@
 #include "common/logging.h"
 #include "common/ports.h"
 #include "common/proto_json.h"
+#include "coord/coordinator.h"
 #include "coord/coordinator_client.h"
 #include "hetps/version.h"
 #include "nlohmann/json.hpp"
@@ -35,7 +37,65 @@
 namespace hetps {
 namespace {}  // namespace
 
-int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
+namespace {
+
+constexpr absl::Duration kJobEndPoll = absl::Milliseconds(500);
+
+// Whether the status shows a job with nothing left for the servers: every
+// worker done, or gone without finishing its data (dead).
+bool JobOver(const rpc::StatusResponse& status) {
+  if (status.workers().empty()) return false;
+  for (const rpc::WorkerStatus& w : status.workers()) {
+    const bool gone = !w.live() && w.left_reason() != kFinishedItsData;
+    if (!w.done() && !gone) return false;
+  }
+  return true;
+}
+
+// `hetps run`: waits until the job is over (or `stop`), then SIGTERMs this
+// process (its main thread waits in sigwait). Returns the exit code.
+int WatchForJobEnd(const JobConfig& config, int rank,
+                   const std::atomic<bool>& stop) {
+  Clock& clock = Clock::Real();
+  absl::Time reachable = clock.Now();
+  int code = kExitOk;
+  bool over = false;
+  while (!stop) {
+    auto status =
+        QueryStatus(config.coordinator_address(), 2.0, config.credentials);
+    if (status.ok()) {
+      reachable = clock.Now();
+      if (!over && JobOver(*status)) {
+        over = true;
+        spdlog::info("every worker is done: stopping");
+      }
+      // Server 0 hosts the coordinator the others watch: it goes last.
+      bool others_up = false;
+      for (const rpc::ServerStatus& s : status->servers()) {
+        others_up |= s.rank() != 0 && s.reachable();
+      }
+      if (over && (rank != 0 || !others_up)) break;
+    } else if (over) {
+      break;
+    } else if (clock.Now() - reachable >
+               absl::Seconds(config.client.connect_deadline_s)) {
+      spdlog::error("coordinator at {} unreachable for {} s: stopping",
+                    config.coordinator_address(),
+                    config.client.connect_deadline_s);
+      code = kExitFailure;
+      break;
+    }
+    if (over && clock.Now() - reachable > absl::Seconds(10)) break;
+    clock.SleepFor(kJobEndPoll);
+  }
+  if (!stop) kill(getpid(), SIGTERM);
+  return code;
+}
+
+}  // namespace
+
+int RunServerRole(const JobConfig& config, const JobShape& shape, int rank,
+                  bool until_done) {
   // Block the stop signals before gRPC starts its threads, so only sigwait
   // below sees them.
   sigset_t stop_signals;
@@ -83,8 +143,17 @@ int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
     }
   }
   std::cout << kListeningPrefix << endpoint << std::endl;
+  std::atomic<bool> stop_watching{false};
+  std::atomic<int> watched_code{kExitOk};
+  std::thread watcher;
+  if (until_done) {
+    watcher = std::thread(
+        [&] { watched_code = WatchForJobEnd(config, rank, stop_watching); });
+  }
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
+  stop_watching = true;
+  if (watcher.joinable()) watcher.join();
   spdlog::info("signal {} received, shutting down", signal_number);
   (*node)->Shutdown(absl::Seconds(5));
   for (const TableConfig& table : config.tables) {
@@ -107,10 +176,11 @@ int RunServerRole(const JobConfig& config, const JobShape& shape, int rank) {
         st.applies_by_time(), st.max_staleness(), st.pulls_ahead(),
         st.ssp_waits(), st.max_pull_lead(), st.window(), st.bound_violations());
   }
-  return kExitOk;
+  return watched_code;
 }
 
-int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank) {
+int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank,
+                  bool tell_done) {
   JobConfig resolved = config;
   if (resolved.cluster.ps_endpoints.empty()) {
     auto servers = ServersAtRendezvous(config);
@@ -129,6 +199,13 @@ int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank) {
     return kExitFailure;
   }
   std::cout << kReportPrefix << ReportToJson(*report) << std::endl;
+  if (tell_done) {
+    CoordinatorClient coordinator(resolved, rank);
+    if (absl::Status s = coordinator.Barrier(kDoneBarrier); !s.ok()) {
+      spdlog::warn("the coordinator did not hear that this worker is done: {}",
+                   s.message());
+    }
+  }
   return kExitOk;
 }
 

@@ -21,11 +21,18 @@ inline constexpr int kExitInterrupted = 130;
 // Printed by a server on stdout once it accepts calls.
 inline constexpr const char* kListeningPrefix = "HETPS_LISTENING ";
 
-// Serves rank `rank` until SIGINT/SIGTERM, then shuts down gracefully.
-int RunServerRole(const JobConfig& config, const JobShape& shape, int rank);
+// Serves rank `rank` until SIGINT/SIGTERM, then shuts down gracefully. With
+// `until_done` (`hetps run`: no launcher stops it) also once the job is
+// over: every worker done (kDoneBarrier) or gone; server 0, whose
+// coordinator the others watch, waits up to 10 s for them to stop first.
+// Exits 1 when the coordinator stays unreachable meanwhile.
+int RunServerRole(const JobConfig& config, const JobShape& shape, int rank,
+                  bool until_done = false);
 
-// Trains as worker `rank`; prints its report line on stdout.
-int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank);
+// Trains as worker `rank`; prints its report line on stdout. With
+// `tell_done` (`hetps run`) it then passes kDoneBarrier.
+int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank,
+                  bool tell_done = false);
 
 struct LaunchOptions {
   std::string self_path;               // the hetps binary, for the children

@@ -50,18 +50,16 @@ absl::StatusOr<std::string> LocalAddressToward(const std::string& endpoint) {
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
-  if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
-      e != 0) {
+  if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); e != 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot resolve ", endpoint, ": ", gai_strerror(e)));
   }
   const int fd = socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in local{};
   socklen_t len = sizeof local;
-  const bool ok = fd >= 0 &&
-                  connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) ==
-                      0;
+  const bool ok =
+      fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
   freeaddrinfo(found);
   if (fd >= 0) close(fd);
   if (!ok) {

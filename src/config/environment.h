@@ -6,10 +6,12 @@
 //   PADDLE_TRAINER_ID             the worker's rank
 //   POD_IP, PADDLE_PORT           a server's own endpoint; its rank is the
 //                                 endpoint's index in the server list
-// Only the CLI calls this; nothing deeper reads the environment.
+// Only the CLI calls these; nothing deeper reads the environment.
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "hetps/config.h"
@@ -28,5 +30,27 @@ struct RoleAssignment {
 // (INVALID_ARGUMENT naming the variable) `config` is left unchanged.
 absl::StatusOr<RoleAssignment> ApplyPaddleEnvironment(
     JobConfig& config, const std::function<const char*(const char*)>& getenv);
+
+// Launchers that start every rank with one command (`hetps run`):
+//   OpenMPI (mpirun)  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//                     OMPI_COMM_WORLD_LOCAL_SIZE
+//   Slurm (srun)      SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST
+// (OpenMPI's first when both are set: mpirun inside an allocation). Ranks
+// [0, cluster.servers) are the servers, the rest the workers, so the size
+// must be cluster.servers + cluster.workers. The job starts from a
+// rendezvous (cluster.ps_endpoints must not be set): cluster.rendezvous as
+// configured, else under Slurm the allocation's first node (rank 0 runs
+// there: srun's default block distribution), else under mpirun on one
+// machine 127.0.0.1; both at kDefaultRendezvousPort. kNone when neither
+// launcher's variables are set; INVALID_ARGUMENT naming the variable or
+// field otherwise. `config` is changed only on success.
+absl::StatusOr<RoleAssignment> ApplyLauncherEnvironment(
+    JobConfig& config, const std::function<const char*(const char*)>& getenv);
+
+// Slurm's hostlist syntax: "node[01-03,07],login1" -> node01 node02 node03
+// node07 login1 (ranges keep the width of their first bound; several
+// bracket groups in one name multiply). INVALID_ARGUMENT on bad syntax.
+absl::StatusOr<std::vector<std::string>> ExpandHostlist(
+    const std::string& hostlist);
 
 }  // namespace hetps

@@ -36,10 +36,10 @@ Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample,
           ShardMap::Uniform(config.num_servers(), config.server.num_buckets)),
       clock_(clock),
       started_(clock.Now()),
-      make_stub_(servers ? std::move(servers)
-                         : GrpcParameterServerStubs(
-                               config.server.max_message_bytes,
-                               config.credentials)),
+      make_stub_(servers
+                     ? std::move(servers)
+                     : GrpcParameterServerStubs(config.server.max_message_bytes,
+                                                config.credentials)),
       membership_(config.num_workers(), started_,
                   absl::Seconds(config.server.heartbeat_timeout_s),
                   absl::Seconds(config.server.heartbeat_timeout_s +
@@ -55,10 +55,10 @@ Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample,
   // this one (server 0) until the others register.
   servers_.resize(config_.num_servers());
   for (uint32_t s = 0; s < servers_.size(); ++s) {
-    const std::string& endpoint = config_.cluster.ps_endpoints.empty()
-                                      ? (s == 0 ? config_.cluster.rendezvous
-                                                : std::string())
-                                      : config_.cluster.ps_endpoints[s];
+    const std::string& endpoint =
+        config_.cluster.ps_endpoints.empty()
+            ? (s == 0 ? config_.cluster.rendezvous : std::string())
+            : config_.cluster.ps_endpoints[s];
     if (endpoint.empty()) continue;
     servers_[s] = {endpoint, make_stub_(endpoint)};
   }
@@ -177,7 +177,8 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
       changed_.SignalAll();
     }
     response->set_epoch(membership_.epoch());
-    for (const KnownServer& s : servers_) response->add_ps_endpoints(s.endpoint);
+    for (const KnownServer& s : servers_)
+      response->add_ps_endpoints(s.endpoint);
   }
   if (rejoined || request->role() == rpc::ROLE_SERVER) BroadcastMembership();
   shard_map_.ToProto(response->mutable_shard_map());
@@ -476,6 +477,8 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
       ws->set_left_reason(membership_.left_reason(r));
       ws->set_staleness(staleness_[r]);
       ws->set_chunks_done(chunks_.chunks_of(r));
+      auto done = barriers_.find(kDoneBarrier);
+      ws->set_done(done != barriers_.end() && done->second.contains(r));
       *ws->mutable_progress() = progress_[r];
     }
   }
@@ -518,8 +521,7 @@ void Coordinator::BroadcastMembership() {
     grpc::Status st = servers[s].stub->UpdateMembership(&ctx, update, &ack);
     if (!st.ok()) {
       spdlog::warn("membership epoch {} not delivered to server {} ({}): {}",
-                   update.epoch(), s, servers[s].endpoint,
-                   st.error_message());
+                   update.epoch(), s, servers[s].endpoint, st.error_message());
     }
   }
 }

@@ -61,6 +61,12 @@ namespace hetps {
 // 16 per worker): the same on every node.
 uint32_t TrainChunks(const JobConfig& config);
 
+// The barrier a worker started by `hetps run` passes last, after its report
+// (rank 0: after the final evaluation); GetStatus shows who reached it.
+inline constexpr char kDoneBarrier[] = "done";
+// The reason a worker gives when it leaves having trained all its chunks.
+inline constexpr char kFinishedItsData[] = "finished its data";
+
 class Coordinator final : public rpc::Coordinator::Service {
  public:
   // `config` validated, with ps_endpoints filled in. `bytes_per_sample`:

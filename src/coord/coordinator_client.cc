@@ -143,7 +143,7 @@ rpc::BatchPlan CoordinatorClient::plan() const {
   return plan_;
 }
 
-absl::Status CoordinatorClient::HeartbeatNow() {
+absl::Status CoordinatorClient::HeartbeatNow(bool until_answered) {
   rpc::HeartbeatRequest request;
   request.set_protocol_version(kProtocolVersion);
   request.set_role(rpc::ROLE_WORKER);
@@ -152,11 +152,20 @@ absl::Status CoordinatorClient::HeartbeatNow() {
     absl::MutexLock lock(&mu_);
     *request.mutable_progress() = progress_;
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(
-      RpcDeadline(clock_, config_.client.heartbeat_interval_s * 2));
   rpc::HeartbeatResponse response;
-  grpc::Status st = stub_->Heartbeat(&ctx, request, &response);
+  const auto beat = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(
+        RpcDeadline(clock_, config_.client.heartbeat_interval_s * 2));
+    grpc::Status st = stub_->Heartbeat(&ctx, request, &response);
+    // A reply that does not come in time counts as no reply: asked again.
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, st.error_message());
+    }
+    return st;
+  };
+  grpc::Status st =
+      until_answered ? CallUntilAvailable(config_, clock_, beat) : beat();
   if (!st.ok()) return FromGrpcStatus(st);
   absl::MutexLock lock(&mu_);
   if (response.plan().version() != plan_.version()) plan_ = response.plan();

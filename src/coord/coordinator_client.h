@@ -24,8 +24,8 @@ namespace hetps {
 
 class CoordinatorClient {
  public:
-  // The coordinator at config.coordinator_address(), over `stubs` (default: gRPC
-  // with the job's limits and credentials); waits and back-off on `clock`.
+  // The coordinator at config.coordinator_address(), over `stubs` (default:
+  // gRPC with the job's limits and credentials); waits and back-off on `clock`.
   CoordinatorClient(const JobConfig& config, uint32_t rank,
                     Clock& clock = Clock::Real(), CoordinatorStubs stubs = {});
   ~CoordinatorClient();
@@ -40,8 +40,10 @@ class CoordinatorClient {
   void ReportProgress(const rpc::WorkerProgress& progress);
   // The latest plan from the coordinator (version 0 until the first reply).
   rpc::BatchPlan plan() const;
-  // Sends one heartbeat now (the first plan arrives before training).
-  absl::Status HeartbeatNow();
+  // Sends one heartbeat now (the first plan arrives before training). With
+  // `until_answered`, again while the coordinator is unreachable (a link
+  // that just came back), within client.connect_deadline_s.
+  absl::Status HeartbeatNow(bool until_answered = false);
   // Whether a heartbeat answered, since the last Register, that this worker
   // is not in the live set: the coordinator dropped it (it was silent for
   // longer than server.heartbeat_timeout_s) and it has to Register again.

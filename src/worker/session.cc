@@ -277,7 +277,10 @@ absl::Status WorkerSession::Push(std::span<const TableGrad> grads,
   compute_since_push_s_ = 0;
   if (auto s = client_->Push(grads, samples, key_set, encoding); !s.ok()) {
     if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
-    if (auto beat = coordinator_.HeartbeatNow(); !beat.ok()) return s;
+    if (auto beat = coordinator_.HeartbeatNow(/*until_answered=*/true);
+        !beat.ok()) {
+      return s;
+    }
     return discard_if_dropped(s);
   }
   ++report_.pushes;
@@ -359,7 +362,7 @@ absl::Status WorkerSession::Finish() {
   finished_ = true;
   train_s_ = SecondsSinceStart();
   report_.malformed_records += train_->stats().malformed;
-  if (auto s = coordinator_.Leave("finished its data"); !s.ok()) return s;
+  if (auto s = coordinator_.Leave(kFinishedItsData); !s.ok()) return s;
   return coordinator_.Barrier("trained");
 }
 

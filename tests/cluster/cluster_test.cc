@@ -7,8 +7,8 @@
 #include <mutex>
 #include <thread>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/roles.h"
 #include "cluster/pattern.h"

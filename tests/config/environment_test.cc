@@ -157,5 +157,121 @@ TEST(PaddleEnvironmentTest, EmptyVariablesCountAsUnset) {
   EXPECT_TRUE(config.cluster.ps_endpoints.empty());
 }
 
+// issue 15: Slurm's hostlists, as SLURM_JOB_NODELIST writes them.
+TEST(HostlistTest, ExpandsRangesPaddingAndGroups) {
+  EXPECT_THAT(*ExpandHostlist("node[01-03,07]"),
+              ElementsAre("node01", "node02", "node03", "node07"));
+  EXPECT_THAT(*ExpandHostlist("login1"), ElementsAre("login1"));
+  EXPECT_THAT(*ExpandHostlist("a[8-10],b,c[2]"),
+              ElementsAre("a8", "a9", "a10", "b", "c2"));
+  EXPECT_THAT(*ExpandHostlist("gpu[1-2]-ib[0-1]"),
+              ElementsAre("gpu1-ib0", "gpu1-ib1", "gpu2-ib0", "gpu2-ib1"));
+  EXPECT_THAT(*ExpandHostlist("n[098-101]"),
+              ElementsAre("n098", "n099", "n100", "n101"));
+  for (const char* bad : {"node[01-03", "node01]", "node[3-1]", "node[a-b]",
+                          "node[]", "a,,b", "node[1-2-3]"}) {
+    EXPECT_THAT(ExpandHostlist(bad), StatusIs(kInvalid, HasSubstr(""))) << bad;
+  }
+}
+
+JobConfig RendezvousJob() {
+  JobConfig config;
+  config.cluster.servers = 2;
+  config.cluster.workers = 4;
+  return config;
+}
+
+TEST(LauncherEnvironmentTest, NoLauncherChangesNothing) {
+  JobConfig config = RendezvousJob();
+  FakeEnv env(std::map<std::string, std::string>{{"TRAINING_ROLE", "TRAINER"}});
+  absl::StatusOr<RoleAssignment> role =
+      ApplyLauncherEnvironment(config, env.getenv());
+  ASSERT_TRUE(role.ok()) << role.status();
+  EXPECT_EQ(role->role, RoleAssignment::kNone);
+  EXPECT_EQ(config.cluster.rendezvous, "");
+}
+
+TEST(LauncherEnvironmentTest, MpiRanksServeThenTrainOnOneMachine) {
+  for (int rank = 0; rank < 6; ++rank) {
+    JobConfig config = RendezvousJob();
+    FakeEnv env({{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
+                 {"OMPI_COMM_WORLD_SIZE", "6"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "6"}});
+    absl::StatusOr<RoleAssignment> role =
+        ApplyLauncherEnvironment(config, env.getenv());
+    ASSERT_TRUE(role.ok()) << role.status();
+    EXPECT_EQ(role->role,
+              rank < 2 ? RoleAssignment::kServer : RoleAssignment::kWorker);
+    EXPECT_EQ(role->rank, rank < 2 ? rank : rank - 2);
+    EXPECT_EQ(config.cluster.rendezvous, "127.0.0.1:7100");
+  }
+}
+
+TEST(LauncherEnvironmentTest, MpiAcrossMachinesNeedsTheRendezvous) {
+  std::map<std::string, std::string> vars = {
+      {"OMPI_COMM_WORLD_RANK", "3"},
+      {"OMPI_COMM_WORLD_SIZE", "6"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}};
+  JobConfig config = RendezvousJob();
+  EXPECT_THAT(ApplyLauncherEnvironment(config, FakeEnv(vars).getenv()),
+              StatusIs(kInvalid, HasSubstr("cluster.rendezvous: mpirun "
+                                           "across machines")));
+  config.cluster.rendezvous = "node01:9000";
+  absl::StatusOr<RoleAssignment> role =
+      ApplyLauncherEnvironment(config, FakeEnv(vars).getenv());
+  ASSERT_TRUE(role.ok()) << role.status();
+  EXPECT_EQ(role->role, RoleAssignment::kWorker);
+  EXPECT_EQ(role->rank, 1);
+  EXPECT_EQ(config.cluster.rendezvous, "node01:9000");
+}
+
+TEST(LauncherEnvironmentTest, SlurmMeetsOnTheFirstNodeOfTheAllocation) {
+  JobConfig config = RendezvousJob();
+  FakeEnv env({{"SLURM_PROCID", "1"},
+               {"SLURM_NTASKS", "6"},
+               {"SLURM_JOB_NODELIST", "gpu[07-08,11],cpu3"}});
+  absl::StatusOr<RoleAssignment> role =
+      ApplyLauncherEnvironment(config, env.getenv());
+  ASSERT_TRUE(role.ok()) << role.status();
+  EXPECT_EQ(role->role, RoleAssignment::kServer);
+  EXPECT_EQ(role->rank, 1);
+  EXPECT_EQ(config.cluster.rendezvous, "gpu07:7100");
+}
+
+TEST(LauncherEnvironmentTest, MistakesNameTheVariableAndChangeNothing) {
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>>
+      cases = {
+          {{{"SLURM_PROCID", "0"},
+            {"SLURM_NTASKS", "5"},
+            {"SLURM_JOB_NODELIST", "n1"}},
+           "SLURM_NTASKS is 5, not cluster.servers + cluster.workers (2 + 4)"},
+          {{{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "6"}}, "SLURM_PROCID"},
+          {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "6"}},
+           "SLURM_JOB_NODELIST: unset"},
+          {{{"SLURM_PROCID", "0"},
+            {"SLURM_NTASKS", "6"},
+            {"SLURM_JOB_NODELIST", "n[1-"}},
+           "SLURM_JOB_NODELIST: '[' without ']'"},
+          {{{"OMPI_COMM_WORLD_RANK", "6"},
+            {"OMPI_COMM_WORLD_SIZE", "6"},
+            {"OMPI_COMM_WORLD_LOCAL_SIZE", "6"}},
+           "OMPI_COMM_WORLD_RANK: 6 is not below 6"},
+      };
+  for (const auto& [vars, message] : cases) {
+    JobConfig config = RendezvousJob();
+    EXPECT_THAT(ApplyLauncherEnvironment(config, FakeEnv(vars).getenv()),
+                StatusIs(kInvalid, HasSubstr(message)))
+        << message;
+    EXPECT_EQ(config.cluster.rendezvous, "");
+  }
+  JobConfig listed = RendezvousJob();
+  listed.cluster.ps_endpoints = {"a:1", "b:1"};
+  EXPECT_THAT(
+      ApplyLauncherEnvironment(
+          listed,
+          FakeEnv({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "6"}}).getenv()),
+      StatusIs(kInvalid, HasSubstr("cluster.ps_endpoints")));
+}
+
 }  // namespace
 }  // namespace hetps
