@@ -98,9 +98,18 @@ class PyWorker {
                        config_.num_workers(), ") (cluster.workers)")));
     }
     if (config_.cluster.ps_endpoints.empty()) {
-      Raise(absl::InvalidArgumentError(
-          "cluster.ps_endpoints: a worker needs the server endpoints (config, "
-          "overrides, or PADDLE_PSERVERS_IP_PORT_LIST)"));
+      if (config_.cluster.rendezvous.empty()) {
+        Raise(absl::InvalidArgumentError(
+            "cluster.ps_endpoints: a worker needs the server endpoints "
+            "(config, overrides, or PADDLE_PSERVERS_IP_PORT_LIST) or "
+            "cluster.rendezvous, server 0's host:port"));
+      }
+      absl::StatusOr<std::vector<std::string>> servers;
+      {
+        py::gil_scoped_release release;
+        servers = ServersAtRendezvous(config_);
+      }
+      config_.cluster.ps_endpoints = Value(std::move(servers));
     }
     static absl::once_flag logging;
     absl::call_once(logging, [&] {

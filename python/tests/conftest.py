@@ -46,9 +46,13 @@ class Job:
     config: str
     endpoints: list[str]
     procs: list[subprocess.Popen] = field(default_factory=list)
+    # cluster.rendezvous: workers are told only server 0's address.
+    rendezvous: str = ""
 
     @property
     def overrides(self) -> list[str]:
+        if self.rendezvous:
+            return ["cluster.rendezvous=" + self.rendezvous]
         return ["cluster.ps_endpoints=" + ",".join(self.endpoints)]
 
     def worker(self, rank: int, **kwargs):
@@ -59,16 +63,21 @@ class Job:
         return all(p.poll() is None for p in self.procs)
 
 
-def start_servers(tmp_path: Path, yaml_text: str, servers: int) -> Job:
+def start_servers(tmp_path: Path, yaml_text: str, servers: int,
+                  rendezvous: bool = False) -> Job:
+    """With `rendezvous`, server 0 listens at a free port that is the
+    rendezvous and the others register there; `endpoints` are then what
+    each server announced."""
     config = tmp_path / "job.yaml"
     config.write_text(yaml_text)
     endpoints = [f"127.0.0.1:{p}" for p in free_ports(servers)]
-    job = Job(str(config), endpoints)
+    job = Job(str(config), endpoints,
+              rendezvous=endpoints[0] if rendezvous else "")
     for rank in range(servers):
         log = open(tmp_path / f"server-{rank}.log", "w+")
         job.procs.append(subprocess.Popen(
             [HETPS, "server", "--config", str(config), "--rank", str(rank),
-             "--set", "cluster.ps_endpoints=" + ",".join(endpoints)],
+             "--set", job.overrides[0]],
             stdout=subprocess.PIPE, stderr=log, text=True))
     deadline = time.monotonic() + START_TIMEOUT_S
     for rank, proc in enumerate(job.procs):
@@ -76,6 +85,7 @@ def start_servers(tmp_path: Path, yaml_text: str, servers: int) -> Job:
         while True:
             line = proc.stdout.readline()
             if line.startswith("HETPS_LISTENING"):
+                job.endpoints[rank] = line.split()[1]
                 break
             if not line or time.monotonic() > deadline:
                 stop(job)
@@ -100,8 +110,8 @@ def stop(job: Job) -> None:
 def servers(tmp_path):
     jobs: list[Job] = []
 
-    def start(yaml_text: str, count: int = 2) -> Job:
-        jobs.append(start_servers(tmp_path, yaml_text, count))
+    def start(yaml_text: str, count: int = 2, rendezvous: bool = False) -> Job:
+        jobs.append(start_servers(tmp_path, yaml_text, count, rendezvous))
         return jobs[-1]
 
     yield start

@@ -72,6 +72,22 @@ def test_async_pushes_from_three_workers_sum_exactly(servers):
         np.zeros((2, 4), np.float32))
 
 
+def test_a_worker_finds_its_servers_at_the_rendezvous(servers):
+    # issue 15: told only server 0's address (cluster.rendezvous), the
+    # worker learns both servers' endpoints and trains against both.
+    job = servers(job_yaml("async", 1), rendezvous=True)
+    w = job.worker(0)
+    assert w.endpoints == job.endpoints
+    assert w.endpoints[0] == job.rendezvous and len(w.endpoints) == 2
+    w.push({"emb": (KEYS, np.ones((len(KEYS), 4), np.float32)),
+            "w": np.arange(10, dtype=np.float32)}, batch_size=8)
+    np.testing.assert_array_equal(w.pull_sparse("emb", KEYS),
+                                  np.full((len(KEYS), 4), -1.0, np.float32))
+    np.testing.assert_array_equal(w.pull_dense("w"),
+                                  -np.arange(10, dtype=np.float32))
+    assert w.finish()["pushes"] == 1
+
+
 def test_sync_rounds_apply_the_sample_weighted_mean(servers):
     job = servers(job_yaml("sync", 2))
 
