@@ -66,8 +66,11 @@ inline RunResult Launch(const std::string& hetps, const std::string& config,
   using Clock = std::chrono::steady_clock;
   const std::string summary_path = log + ".summary.json";
   std::filesystem::remove(summary_path);
+  // Verbose into `log` (the benchmarks read the roles' lines), the run
+  // directory beside it.
   std::vector<std::string> args = {
-      hetps, "launch", config, "--no-status", "--summary-json", summary_path};
+      hetps,       "launch",     config,           "--no-status", "-v",
+      "--run-dir", log + ".run", "--summary-json", summary_path};
   for (const std::string& s : sets) {
     args.push_back("--set");
     args.push_back(s);

@@ -30,6 +30,7 @@ quality+='|OneAndFourSyncWorkersReachTheSameAuc'
 quality+='|SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo'
 # (and the adaptive codec's choice, which follows compute time)
 quality+='|MainJobOnSixHostsWithA20MbitWorker'
+quality+='|MainJobIsQuietAndKeepsItsRunDirectory'
 (cd build-asan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
 # ThreadSanitizer: Debian's abseil and gRPC are not built with it, so
 # tests/support/tsan_absl.cc shows abseil's Mutex to TSan, only accesses

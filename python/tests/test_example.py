@@ -14,7 +14,8 @@ def test_torch_deepfm_on_movielens_reaches_the_bar(tmp_path):
     summary = tmp_path / "summary.json"
     out = subprocess.run(
         [HETPS, "launch", "examples/torch/deepfm_movielens.yaml",
-         "--no-status", "--summary-json", str(summary)],
+         "--no-status", "--run-dir", str(tmp_path / "run"),
+         "--summary-json", str(summary)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     s = json.loads(summary.read_text())

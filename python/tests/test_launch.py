@@ -38,8 +38,8 @@ tables:
     summary = tmp_path / "summary.json"
     env = dict(os.environ, **extra_env)
     out = subprocess.run(
-        [HETPS, "launch", str(config), "--no-status",
-         "--summary-json", str(summary)],
+        [HETPS, "launch", str(config), "--no-status", "-v",
+         "--run-dir", str(tmp_path / "run"), "--summary-json", str(summary)],
         env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return json.loads(summary.read_text()), out.stdout

@@ -79,6 +79,13 @@ int main(int argc, char** argv) {
                    "do not print the live status line while the job runs");
   launch->add_option("--summary-json", summary_json,
                      "write the final summary as JSON here");
+  bool verbose = false;
+  launch->add_flag("-v,--verbose", verbose,
+                   "show every role's output here too (it always goes to "
+                   "the run directory)");
+  std::string run_dir;
+  launch->add_option("--run-dir", run_dir,
+                     "the run directory (default runs/<job>-<time>-<pid>)");
 
   auto* run = app.add_subcommand(
       "run",
@@ -197,6 +204,8 @@ int main(int argc, char** argv) {
     options.overrides = overrides;
     options.summary_json = summary_json;
     options.live_status = !quiet_status;
+    options.verbose = verbose;
+    options.run_dir = run_dir;
     return hetps::RunLaunch(*std::move(config), options);
   }
 

@@ -152,8 +152,8 @@ struct ProcessGroup::Child {
   pid_t pid = -1;
 };
 
-ProcessGroup::ProcessGroup(LineCallback on_line, Clock& clock)
-    : on_line_(std::move(on_line)), clock_(clock) {
+ProcessGroup::ProcessGroup(LineCallback on_line, Clock& clock, bool echo)
+    : on_line_(std::move(on_line)), clock_(clock), echo_(echo) {
   static std::once_flag installed;
   std::call_once(installed, &InstallInterruptHandlers);
 }
@@ -270,7 +270,7 @@ void ProcessGroup::Pump(int fd, std::string label) {
   const std::string prefix = absl::StrCat("[", label, "] ");
   std::string pending;
   auto emit = [&](std::string line) {
-    {
+    if (echo_) {
       absl::MutexLock lock(&mu_);
       std::fwrite(prefix.data(), 1, prefix.size(), stdout);
       std::fwrite(line.data(), 1, line.size(), stdout);

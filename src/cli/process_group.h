@@ -1,5 +1,6 @@
 // ProcessGroup: the local launcher's children. Starts processes, gathers their
-// output line by line onto our stdout with a "[label] " prefix, and stops them
+// output line by line (onto our stdout with a "[label] " prefix, unless told
+// not to echo), and stops them
 // all on request, on Ctrl-C (SIGINT/SIGTERM forwarded), and when the launcher
 // itself dies (children get PR_SET_PDEATHSIG, so none outlive it).
 //
@@ -41,9 +42,10 @@ class ProcessGroup {
   using LineCallback =
       std::function<void(const std::string& label, const std::string& line)>;
 
-  // Deadlines of WaitAny and StopAll are on `clock`.
+  // Deadlines of WaitAny and StopAll are on `clock`. Without `echo` the
+  // lines only go to `on_line` (a quiet launch keeps them in files).
   explicit ProcessGroup(LineCallback on_line = nullptr,
-                        Clock& clock = Clock::Real());
+                        Clock& clock = Clock::Real(), bool echo = true);
   // Stops (SIGTERM, then SIGKILL after the grace period) any child still
   // running and joins the output pumps.
   ~ProcessGroup();
@@ -78,6 +80,7 @@ class ProcessGroup {
 
   LineCallback on_line_;
   Clock& clock_;
+  const bool echo_;
   mutable absl::Mutex mu_;  // guards children_ and stdout writes
   std::map<pid_t, std::unique_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> pumps_;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,7 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "cli/process_group.h"
 #include "common/channel.h"
 #include "common/clock.h"
@@ -210,6 +213,7 @@ int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank,
 }
 
 constexpr absl::Duration kStatusEvery = absl::Seconds(3);
+constexpr absl::Duration kProgressEvery = absl::Seconds(1);
 
 // The compact status line `launch` prints while the job runs.
 void PrintLiveStatus(const JobConfig& config) {
@@ -217,6 +221,31 @@ void PrintLiveStatus(const JobConfig& config) {
       QueryStatus(config.cluster.ps_endpoints[0], 1.0, config.credentials);
   if (!st.ok()) return;
   std::printf("%s\n", FormatStatusLine(*st).c_str());
+  std::fflush(stdout);
+}
+
+// The one progress line a quiet `launch` keeps rewriting on a terminal:
+// the data handed out, the time left at the pace so far, throughput, the
+// window.
+void PrintProgressLine(const JobConfig& config, double elapsed_s) {
+  absl::StatusOr<rpc::StatusResponse> st =
+      QueryStatus(config.cluster.ps_endpoints[0], 1.0, config.credentials);
+  if (!st.ok() || st->chunks_total() == 0) return;
+  const double done = std::min(
+      1.0, static_cast<double>(st->chunks_given()) / st->chunks_total());
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(done * kWidth);
+  double samples_per_s = 0;
+  for (const rpc::WorkerStatus& w : st->workers()) {
+    if (w.live()) samples_per_s += w.progress().samples_per_s();
+  }
+  const std::string eta =
+      done > 0.02 ? absl::StrFormat("%.0f s", elapsed_s * (1 - done) / done)
+                  : std::string("?");
+  std::printf("\r[%s%s] %3.0f%%  %5.1f s  ETA %s  %.0f samples/s  window %d   ",
+              std::string(filled, '#').c_str(),
+              std::string(kWidth - filled, '.').c_str(), 100 * done, elapsed_s,
+              eta.c_str(), samples_per_s, st->window());
   std::fflush(stdout);
 }
 
@@ -267,6 +296,27 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   }
   const int servers = config.num_servers();
   const int workers = config.num_workers();
+  // The run directory: every role's log, the launcher's, the summary.
+  std::filesystem::path run_dir = options.run_dir;
+  if (run_dir.empty()) {
+    run_dir = std::filesystem::path("runs") /
+              absl::StrCat(config.name, "-",
+                           absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(),
+                                            absl::UTCTimeZone()),
+                           "-", getpid());
+  }
+  std::error_code dir_error;
+  std::filesystem::create_directories(run_dir, dir_error);
+  if (dir_error) {
+    spdlog::error("cannot create the run directory {}: {}", run_dir.string(),
+                  dir_error.message());
+    return kExitFailure;
+  }
+  if (!options.verbose) LogToFileQuietly((run_dir / "launch.log").string());
+  std::printf("hetps: job '%s', mode %s, %d servers, %d workers; logs in %s\n",
+              config.name.c_str(), ConsistencyModeName(config.mode), servers,
+              workers, run_dir.c_str());
+  std::fflush(stdout);
   spdlog::info("job '{}': {} servers, {} workers, mode {}, servers at {}",
                config.name, servers, workers, ConsistencyModeName(config.mode),
                absl::StrJoin(config.cluster.ps_endpoints, ","));
@@ -292,19 +342,41 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     absl::Mutex mu;
     std::map<int, nlohmann::json> by_rank ABSL_GUARDED_BY(mu);
   } reports;
-  ProcessGroup group([&](const std::string& label, const std::string& line) {
-    if (absl::StartsWith(label, "server") &&
-        absl::StartsWith(line, kListeningPrefix)) {
-      ++listening;
-    } else if (absl::StartsWith(line, kReportPrefix)) {
-      auto j = nlohmann::json::parse(line.substr(strlen(kReportPrefix)),
-                                     nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("rank")) {
-        absl::MutexLock lock(&reports.mu);
-        reports.by_rank[j["rank"].get<int>()] = j;
-      }
-    }
-  });
+  // Every role's lines, in <run dir>/<role>.log, and the last few of each
+  // for the terminal when the role fails.
+  struct RoleLogs {
+    absl::Mutex mu;
+    std::map<std::string, std::ofstream> files ABSL_GUARDED_BY(mu);
+    std::map<std::string, std::deque<std::string>> tails ABSL_GUARDED_BY(mu);
+  } logs;
+  constexpr size_t kTailLines = 12;
+  const auto log_file = [&](const std::string& label) {
+    return run_dir / (absl::StrReplaceAll(label, {{" ", "-"}}) + ".log");
+  };
+  ProcessGroup group(
+      [&](const std::string& label, const std::string& line) {
+        {
+          absl::MutexLock lock(&logs.mu);
+          std::ofstream& file = logs.files[label];
+          if (!file.is_open()) file.open(log_file(label), std::ios::app);
+          file << line << std::endl;
+          std::deque<std::string>& tail = logs.tails[label];
+          tail.push_back(line);
+          if (tail.size() > kTailLines) tail.pop_front();
+        }
+        if (absl::StartsWith(label, "server") &&
+            absl::StartsWith(line, kListeningPrefix)) {
+          ++listening;
+        } else if (absl::StartsWith(line, kReportPrefix)) {
+          auto j = nlohmann::json::parse(line.substr(strlen(kReportPrefix)),
+                                         nullptr, /*allow_exceptions=*/false);
+          if (j.is_object() && j.contains("rank")) {
+            absl::MutexLock lock(&reports.mu);
+            reports.by_rank[j["rank"].get<int>()] = j;
+          }
+        }
+      },
+      Clock::Real(), /*echo=*/options.verbose);
 
   auto child_args = [&](const char* role, int rank) {
     std::vector<std::string> argv = {options.self_path, role,
@@ -329,6 +401,18 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   auto fail = [&](const std::string& why) {
     spdlog::error("{}; stopping the job", why);
     group.StopAll(absl::Seconds(5));
+    // The failing role's last lines (its whole log is in the run directory).
+    if (!options.verbose) {
+      absl::MutexLock lock(&logs.mu);
+      for (const auto& [label, tail] : logs.tails) {
+        if (!absl::StartsWith(why, label + " ")) continue;
+        std::fprintf(stderr, "---- %s, last lines (all in %s):\n",
+                     label.c_str(), log_file(label).c_str());
+        for (const std::string& line : tail) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+        }
+      }
+    }
     return ProcessGroup::interrupted() ? kExitInterrupted : kExitFailure;
   };
 
@@ -359,12 +443,20 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   int worker_restarts = 0;
   std::vector<int> failed_workers;
   absl::Time last_status = clock.Now();
+  // Quiet: one progress line, rewritten, and only on a terminal.
+  const bool progress_line =
+      options.live_status && !options.verbose && isatty(STDOUT_FILENO);
   while (finished < workers) {
     auto exit = group.WaitAny(absl::Milliseconds(200));
     if (ProcessGroup::interrupted()) return fail("interrupted (Ctrl-C)");
-    if (options.live_status && clock.Now() - last_status > kStatusEvery) {
+    if (options.live_status && options.verbose &&
+        clock.Now() - last_status > kStatusEvery) {
       last_status = clock.Now();
       PrintLiveStatus(config);
+    }
+    if (progress_line && clock.Now() - last_status > kProgressEvery) {
+      last_status = clock.Now();
+      PrintProgressLine(config, absl::ToDoubleSeconds(clock.Now() - start));
     }
     if (!exit) continue;
     if (absl::StartsWith(exit->label, "server")) {
@@ -515,6 +607,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       summary["evals"] = reports.by_rank[0]["evals"];
     }
   }
+  if (progress_line) std::printf("\n");
   std::printf(
       "\n== hetps job '%s' done: mode %s, %d servers, %d workers\n"
       "   test AUC %.4f  logloss %.4f\n"
@@ -523,12 +616,33 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       summary.value("test_auc", 0.0), summary.value("test_logloss", 0.0),
       static_cast<unsigned long long>(samples),
       summary["samples_per_s"].get<double>(), wall_s);
+  // What heterogeneity bought: each worker's share and how busy it was.
+  if (final_status.ok() && summary.contains("per_worker")) {
+    std::string batches, busy;
+    for (const nlohmann::json& w : summary["per_worker"]) {
+      const int rank = w["rank"].get<int>();
+      for (const rpc::WorkerStatus& ws : final_status->workers()) {
+        if (static_cast<int>(ws.rank()) == rank) {
+          absl::StrAppend(&batches, batches.empty() ? "" : " ",
+                          ws.progress().batch_size());
+        }
+      }
+      absl::StrAppend(
+          &busy, busy.empty() ? "" : " ",
+          absl::StrFormat("%.0f%%", 100 * w["busy_fraction"].get<double>()));
+    }
+    std::printf("   per worker: batch %s, busy %s; window %d\n",
+                batches.c_str(), busy.c_str(), final_status->window());
+  }
+  std::printf("   logs and summary.json in %s\n", run_dir.c_str());
   std::fflush(stdout);
-  if (!options.summary_json.empty()) {
-    std::ofstream out(options.summary_json);
+  for (const std::string& path :
+       {(run_dir / "summary.json").string(), options.summary_json}) {
+    if (path.empty()) continue;
+    std::ofstream out(path);
     out << summary.dump(2) << "\n";
     if (!out) {
-      spdlog::error("cannot write --summary-json {}", options.summary_json);
+      spdlog::error("cannot write the summary to {}", path);
       return kExitFailure;
     }
   }

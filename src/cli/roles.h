@@ -39,12 +39,20 @@ struct LaunchOptions {
   std::string config_path;             // passed on to the children
   std::vector<std::string> overrides;  // --set assignments, passed on too
   std::string summary_json;            // write the summary here when non-empty
-  bool live_status = true;             // print a status line every few seconds
+  bool live_status = true;             // progress while the job runs
+  // Every role's output in the terminal too (else only in the run
+  // directory; a failing role's last lines are shown either way).
+  bool verbose = false;
+  // Where the roles' logs, the launcher's log and summary.json go (created);
+  // empty: runs/<job>-<UTC date and time>.
+  std::string run_dir;
 };
 
 // Runs a whole job on this machine: servers first (once all listen), then
-// workers, one process each; gathers their output; stops everything on
-// Ctrl-C or when the workers are done. Non-zero when any role failed.
+// workers, one process each; gathers their output into the run directory
+// (one log per role, launch.log, summary.json); shows one progress line
+// (on a terminal) and the summary; stops everything on Ctrl-C or when the
+// workers are done. Non-zero when any role failed.
 int RunLaunch(JobConfig config, const LaunchOptions& options);
 
 // The one-line summary `launch` prints while a job runs.

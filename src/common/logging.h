@@ -24,4 +24,8 @@ namespace hetps {
 // `role` (e.g. "server 0", "worker 2", "launch") is put in every line.
 void SetupLogging(const std::string& level, const std::string& role);
 
+// Also writes every line to `path` (created or truncated), and from now on
+// shows only warnings and errors on stderr (a quiet launch).
+void LogToFileQuietly(const std::string& path);
+
 }  // namespace hetps

@@ -466,6 +466,8 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
     }
     response->set_elapsed_s(absl::ToDoubleSeconds(now - started_));
     response->set_finished_chunks(chunks_.finished_chunks());
+    response->set_chunks_given(chunks_.given());
+    response->set_chunks_total(chunks_.total());
     response->set_finished_samples(chunks_.finished_samples());
     response->set_requeued_chunks(chunks_.requeued());
     for (uint32_t r = 0; r < progress_.size(); ++r) {

@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "support/test_support.h"
 
@@ -78,7 +80,7 @@ TEST(CliTest, QuickstartTrainsAndWritesTheSummary) {
   const auto result =
       RunCommand({testing::HetpsBinary(), "launch",
                   testing::SourcePath("examples/quickstart.yaml"),
-                  "--summary-json", summary},
+                  "--summary-json", summary, "--run-dir", dir.path() + "/run"},
                  std::chrono::seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(result.output, HasSubstr("test AUC"));
@@ -103,11 +105,48 @@ TEST(CliTest, LaunchFailsWhenARoleFails) {
       dir.Write("job.yaml",
                 "cluster: {servers: 1, workers: 2}\ntrain: {model: none}\n"
                 "tables:\n  - {name: t, kind: sparse, dim: 2}\n");
-  const auto result = RunCommand({testing::HetpsBinary(), "launch", path},
+  const auto result = RunCommand({testing::HetpsBinary(), "launch", path,
+                                  "--run-dir", dir.path() + "/run"},
                                  std::chrono::seconds(60));
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_THAT(result.output, HasSubstr("failed with exit code 1"));
+  // Quiet, but the failing role's last lines are shown, and its log kept.
   EXPECT_THAT(result.output, HasSubstr("has no built-in trainer"));
+  EXPECT_THAT(result.output,
+              HasSubstr(", last lines (all in " + dir.path() + "/run/worker-"));
+}
+
+// issue 16: the main job is the mixed cluster in semi_async, the terminal
+// stays quiet (a header, the summary: no role's lines), and the run
+// directory holds every role's log, the launcher's and summary.json.
+TEST(CliTest, MainJobIsQuietAndKeepsItsRunDirectory) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const auto result = RunCommand(
+      {testing::HetpsBinary(), "launch",
+       testing::SourcePath("examples/main-job.yaml"), "--run-dir", run},
+      std::chrono::seconds(240));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::vector<std::string> lines =
+      absl::StrSplit(result.output, '\n', absl::SkipEmpty());
+  EXPECT_LE(lines.size(), 15u) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("test AUC"));
+  EXPECT_THAT(result.output, HasSubstr("per worker: batch "));
+  EXPECT_THAT(result.output, HasSubstr("logs and summary.json in " + run));
+  EXPECT_THAT(result.output, ::testing::Not(HasSubstr("[worker 0]")));
+  for (const char* file :
+       {"launch.log", "server-0.log", "server-1.log", "worker-0.log",
+        "worker-1.log", "worker-2.log", "worker-3.log", "summary.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(run + "/" + file)) << file;
+  }
+  std::ifstream in(run + "/summary.json");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(j["mode"], "semi_async");
+  EXPECT_TRUE(j["emulated"].get<bool>());
+  EXPECT_GE(j["test_auc"].get<double>(), 0.79);
+  std::ifstream worker3(run + "/worker-3.log");
+  const std::string log((std::istreambuf_iterator<char>(worker3)), {});
+  EXPECT_THAT(log, HasSubstr("emulated device"));
 }
 
 TEST(CliTest, CtrlCStopsEveryRoleAndExits130) {
@@ -123,7 +162,8 @@ TEST(CliTest, CtrlCStopsEveryRoleAndExits130) {
       training = true;
     }
   });
-  auto pid = group.Spawn("launch", {testing::HetpsBinary(), "launch", path});
+  auto pid = group.Spawn("launch", {testing::HetpsBinary(), "launch", path,
+                                    "-v", "--run-dir", dir.path() + "/run"});
   ASSERT_TRUE(pid.ok()) << pid.status();
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(60);

@@ -315,7 +315,8 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
   testing::CommandResult launched;
   std::thread launcher([&] {
     launched = RunCommand(
-        {testing::HetpsBinary(), "launch", config, "--set",
+        {testing::HetpsBinary(), "launch", config, "-v", "--run-dir",
+         dir.path() + "/run", "--set",
          absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
          "--set", "train.epochs=4"},
         std::chrono::seconds(120));

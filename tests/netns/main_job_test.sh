@@ -4,9 +4,9 @@
 # real 20 Mbit/s link (tc tbf both ways), compress.codec adaptive. Passes
 # when every role exits cleanly, rank 0's final test AUC meets the loopback
 # bar (0.785, TrainingTest.MovieLensDeepFmReachesTheAucBarInOneEpoch) and
-# the job's status showed worker 3 on a lossier codec than every other
-# worker. Exit 77 (CTest: skipped) with the reason where namespaces cannot
-# be made.
+# the job's status shows worker 3's pushes compressed clearly harder than
+# every other worker's. Exit 77 (CTest: skipped) with the reason where
+# namespaces cannot be made.
 #
 #   tests/netns/main_job_test.sh build/hetps
 set -euo pipefail
@@ -46,12 +46,13 @@ ratio = {w["rank"]: (w["raw_bytes"] / w["sent_bytes"], w["codec"])
 print("test AUC %.4f; raw/sent per worker: %s" % (auc, ratio))
 if auc < 0.785:
     sys.exit("FAIL: test AUC %.4f below the loopback bar 0.785" % auc)
-# Codecs by how lossy they are (src/compress/adaptive.h, its levels).
-level = {"none": 0, "sparse": 0, "fp16": 1, "sparse+fp16": 1, "int8": 2,
-         "sparse+int8": 2}
-others = max(level[c] for rank, (_, c) in ratio.items() if rank != 3)
-if not level[ratio[3][1]] > others:
-    sys.exit("FAIL: worker 3 (20 Mbit/s) chose %s, no stronger than the "
-             "others codecs" % ratio[3][1])
+# The narrow link is compressed harder over the run: its bytes shrink at
+# least 1.4 times as much as any other workers (measured alone: 1.65-1.76
+# against <= 1.05; on a loaded machine the other pushes slow down too and
+# some go fp16: 2.39 against <= 1.03), and it is on a lossy codec now.
+others = max(r for rank, (r, _) in ratio.items() if rank != 3)
+if ratio[3][1] == "none" or not ratio[3][0] >= 1.4 * others:
+    sys.exit("FAIL: worker 3 (20 Mbit/s) on %s, raw/sent %.2f, the others "
+             "up to %.2f" % (ratio[3][1], ratio[3][0], others))
 ' "$out/status.json"
 echo "PASS"

@@ -105,8 +105,16 @@ LaunchedJob LaunchJob(const TempDir& dir, const std::string& config,
                       std::chrono::seconds limit) {
   const std::string summary = dir.path() + "/summary.json";
   std::filesystem::remove(summary);
-  std::vector<std::string> args = {HetpsBinary(), "launch",         config,
-                                   "--no-status", "--summary-json", summary};
+  // Verbose: the tests read what the roles log.
+  std::vector<std::string> args = {HetpsBinary(),
+                                   "launch",
+                                   config,
+                                   "--no-status",
+                                   "-v",
+                                   "--run-dir",
+                                   dir.path() + "/run",
+                                   "--summary-json",
+                                   summary};
   for (const std::string& s : sets) {
     args.push_back("--set");
     args.push_back(s);

@@ -71,8 +71,9 @@ std::optional<pid_t> FindProcess(
     const std::vector<std::string>& args,
     std::chrono::milliseconds wait = std::chrono::milliseconds(0));
 
-// `hetps launch config --no-status --summary-json <dir>/summary.json --set
-// ...` and the summary it wrote (null when it wrote none).
+// `hetps launch config --no-status -v --run-dir <dir>/run --summary-json
+// <dir>/summary.json --set ...` and the summary it wrote (null when it wrote
+// none).
 struct LaunchedJob {
   CommandResult result;
   nlohmann::json summary;
