@@ -47,11 +47,13 @@ print("test AUC %.4f; raw/sent per worker: %s" % (auc, ratio))
 if auc < 0.785:
     sys.exit("FAIL: test AUC %.4f below the loopback bar 0.785" % auc)
 # The narrow link is compressed harder over the run: its bytes shrink at
-# least 1.4 times as much as any other workers (measured alone: 1.65-1.76
+# least 1.4 times as much as any other workers (measured alone: 1.65-1.83
 # against <= 1.05; on a loaded machine the other pushes slow down too and
-# some go fp16: 2.39 against <= 1.03), and it is on a lossy codec now.
+# some go fp16: 2.39 against <= 1.03). Its codec of the moment is not
+# compared: its transfer sits near the budget, so single pushes may still
+# go out as fp32.
 others = max(r for rank, (r, _) in ratio.items() if rank != 3)
-if ratio[3][1] == "none" or not ratio[3][0] >= 1.4 * others:
+if not ratio[3][0] >= 1.4 * others:
     sys.exit("FAIL: worker 3 (20 Mbit/s) on %s, raw/sent %.2f, the others "
              "up to %.2f" % (ratio[3][1], ratio[3][0], others))
 ' "$out/status.json"
