@@ -16,13 +16,8 @@ hetps=$(realpath "${1:?usage: netns_bench.sh path/to/hetps [FAST [SLOW [OUT]]]}"
 fast=${2:-1gbit}
 slow=${3:-100mbit}
 result=${4:-/dev/stdout}
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-run=$$
-# shellcheck source=tests/netns/hosts.sh
-source "$root/tests/netns/hosts.sh"
 # shellcheck source=tests/netns/job.sh
-source "$root/tests/netns/job.sh"
+source "$(dirname "$0")/../../tests/netns/job.sh"
 job_setup
 
 servers=(s0 s1 s2)

@@ -288,7 +288,6 @@ grpc::Status Coordinator::RegisterServer(const rpc::RegisterRequest& request) {
     known = {request.endpoint(), make_stub_(request.endpoint())};
   }
   spdlog::info("server {} registered at {}", rank, request.endpoint());
-  changed_.SignalAll();
   return grpc::Status::OK;
 }
 
@@ -303,14 +302,13 @@ grpc::Status Coordinator::Rendezvous(grpc::ServerContext*,
   std::vector<uint32_t> missing;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
     if (servers_[s].endpoint.empty()) missing.push_back(s);
-    response->add_ps_endpoints(servers_[s].endpoint);
   }
   if (!missing.empty()) {
-    response->Clear();
     return ToGrpcStatus(absl::UnavailableError(
         absl::StrCat("servers [", absl::StrJoin(missing, ","),
                      "] have not registered at the rendezvous yet")));
   }
+  for (const KnownServer& s : servers_) response->add_ps_endpoints(s.endpoint);
   return grpc::Status::OK;
 }
 
@@ -319,8 +317,8 @@ std::vector<Coordinator::KnownServer> Coordinator::Servers() const {
   return servers_;
 }
 
-std::vector<std::optional<rpc::TableInfoResponse>> Coordinator::PollServers() {
-  const std::vector<KnownServer> servers = Servers();
+std::vector<std::optional<rpc::TableInfoResponse>> Coordinator::PollServers(
+    const std::vector<KnownServer>& servers) {
   std::vector<std::optional<rpc::TableInfoResponse>> out(servers.size());
   for (uint32_t s = 0; s < servers.size(); ++s) {
     if (!servers[s].stub) continue;
@@ -355,7 +353,7 @@ void Coordinator::Control() {
 }
 
 void Coordinator::AdaptWindow() {
-  const auto infos = PollServers();
+  const auto infos = PollServers(Servers());
   const WindowSignals total = SumSignals(infos);
   WindowSignals period = SignalsSince(total, last_signals_);
   last_signals_ = total;
@@ -485,8 +483,8 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
     }
   }
   // Ask every server for its tables and queue, outside the lock.
-  const auto infos = PollServers();
   const std::vector<KnownServer> servers = Servers();
+  const auto infos = PollServers(servers);
   for (uint32_t s = 0; s < servers.size(); ++s) {
     rpc::ServerStatus* ss = response->add_servers();
     ss->set_rank(s);

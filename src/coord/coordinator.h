@@ -126,16 +126,6 @@ class Coordinator final : public rpc::Coordinator::Service {
   void Control();
   // One window adaptation from the servers' statistics (outside mu_).
   void AdaptWindow() ABSL_LOCKS_EXCLUDED(mu_);
-  // Each server's statistics (nullopt: unreachable), outside the lock.
-  std::vector<std::optional<rpc::TableInfoResponse>> PollServers()
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void Replan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Rank check for handlers: INVALID_ARGUMENT when out of range.
-  grpc::Status CheckRank(uint32_t rank) const;
-  // A server's registration (rendezvous): its endpoint, and a stub to it.
-  grpc::Status RegisterServer(const rpc::RegisterRequest& request)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
   // A server as known now: its stub is null until it registered (a
   // rendezvous job); stubs stay alive while a copy is in use.
   struct KnownServer {
@@ -144,6 +134,16 @@ class Coordinator final : public rpc::Coordinator::Service {
   };
   // A copy, for RPCs made outside mu_.
   std::vector<KnownServer> Servers() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Each server's statistics (nullopt: unreachable or not registered),
+  // outside the lock.
+  std::vector<std::optional<rpc::TableInfoResponse>> PollServers(
+      const std::vector<KnownServer>& servers) ABSL_LOCKS_EXCLUDED(mu_);
+  void Replan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rank check for handlers: INVALID_ARGUMENT when out of range.
+  grpc::Status CheckRank(uint32_t rank) const;
+  // A server's registration (rendezvous): its endpoint, and a stub to it.
+  grpc::Status RegisterServer(const rpc::RegisterRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const JobConfig config_;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "coord/coordinator_client.h"
 #include "model/criteo_gen.h"
 #include "nlohmann/json.hpp"
 #include "support/test_support.h"
@@ -199,11 +200,28 @@ void RestartMidRun(const std::string& mode) {
 void PauseMidRun(const std::string& mode) {
   TempDir dir;
   const std::string config = dir.Write("job.yaml", MixedJob(mode, 4));
+  const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
+  // Worker 2 stays stopped until the coordinator's status says it was
+  // dropped (or 30 s pass, which the assertions below then show).
+  const auto dropped = [&] {
+    auto status = QueryStatus(endpoints[0], 2.0, {});
+    if (!status.ok()) return false;
+    for (const rpc::WorkerStatus& w : status->workers()) {
+      if (w.rank() == 2) return !w.live();
+    }
+    return false;
+  };
   const testing::LaunchedJob run = LaunchDisturbingWorker2(
-      dir, config, {"cluster.max_worker_failures=0", "train.epochs=4"},
-      [](pid_t pid) {
+      dir, config,
+      {"cluster.max_worker_failures=0", "train.epochs=4",
+       absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1])},
+      [&](pid_t pid) {
         kill(pid, SIGSTOP);
-        std::this_thread::sleep_for(std::chrono::seconds(3));
+        const auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!dropped() && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
         kill(pid, SIGCONT);
       });
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;

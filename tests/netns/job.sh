@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# A hetps job across test hosts (hosts.sh), for the tests beside it: server
-# s<i> on host s<i>, worker w<i> on host w<i>, every role's output in
-# $out/<role><i>.log. Source after hosts.sh, then set:
-#   hetps   the binary          run   the hosts' RUN (hosts_up)
-#   out     a scratch directory config  the role's arguments (an array:
-#           --config ... --set ..., cluster.ps_endpoints on the hosts)
-# job_setup does the rest of the set-up every test shares. With
-# HETPS_NETNS_KEEP set, the logs stay in $out.
+# A hetps job across test hosts (hosts.sh, sourced here), for the tests
+# beside it and bench/hetero/netns_bench.sh: server s<i> on host s<i>,
+# worker w<i> on host w<i>, every role's output in $out/<role><i>.log.
+# Sourcing sets `root` (the repository) and `run` (the hosts' RUN: the
+# sourcing shell's pid); job_setup makes `out`. The script sets `hetps`
+# (the binary) and `config` (the roles' arguments, an array: --config ...
+# --set ..., cluster.ps_endpoints on the hosts). With HETPS_NETNS_KEEP set,
+# the logs stay in $out.
 
-# run, out, hetps and config come from the test that sources this file.
+# hetps and config come from the script that sources this file.
 # shellcheck disable=SC2154
 python=/usr/bin/python3
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+run=$$
+# shellcheck source=tests/netns/hosts.sh
+source "$root/tests/netns/hosts.sh"
 
 job_fail() {
   echo "FAIL: $*"

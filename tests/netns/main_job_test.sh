@@ -11,13 +11,8 @@
 #   tests/netns/main_job_test.sh build/hetps
 set -euo pipefail
 hetps=$(realpath "${1:?usage: main_job_test.sh path/to/hetps}")
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-run=$$
-# shellcheck source=tests/netns/hosts.sh
-source "$here/hosts.sh"
 # shellcheck source=tests/netns/job.sh
-source "$here/job.sh"
+source "$(dirname "$0")/job.sh"
 job_setup
 
 hosts_up "$run" s0 s1 w0 w1 w2 w3
