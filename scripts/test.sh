@@ -28,6 +28,7 @@ quality+='|Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc'
 quality+='|MovieLensDeepFmReachesTheAucBarInOneEpoch'
 quality+='|OneAndFourSyncWorkersReachTheSameAuc'
 quality+='|SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo'
+quality+='|SemiAsyncWarmsUpPastTheHotRowPlateau'
 # (and the adaptive codec's choice, which follows compute time)
 quality+='|MainJobOnSixHostsWithA20MbitWorker'
 quality+='|MainJobIsQuietAndKeepsItsRunDirectory'

@@ -229,6 +229,15 @@ struct TrainConfig {
   OptimizerConfig optimizer;                  // the sparse table
   OptimizerConfig dense_optimizer = {.type = "adam", .learning_rate = 0.001f};
   InitializerConfig init;  // sparse rows (dense weights: the model's own)
+  // sync and semi_async: the first warmup_rounds full rounds of samples
+  // (train.batch_size × workers each) take a growing share of a step: an
+  // apply that brings the samples applied so far to s takes
+  // min(1, s / (warmup_rounds · full round)) of it. Early adaptive steps
+  // are ±learning_rate whatever the gradient, and a gradient computed one
+  // apply late overshoots at half the step a fresh one tolerates
+  // (docs/ARCHITECTURE.md, "Why semi_async lost accuracy"). A server that
+  // resumes from a checkpoint does not warm up again. 0: off.
+  int warmup_rounds = 20;
   DataConfig data;
   int eval_every_epochs = 1;  // rank 0 evaluates then and at the end
   // Also evaluate every this many seconds while training (0 = off), from a

@@ -34,6 +34,7 @@ mode: sync
 cluster: {{servers: 2, workers: 1}}
 train:
   model: none
+  warmup_rounds: 0  # the tests check exact steps
   epochs: 1
   data: {{format: synthetic, fields: {FIELDS}, train_samples: 960,
           test_samples: 100, ids_per_field: 50}}

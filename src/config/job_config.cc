@@ -173,6 +173,7 @@ void Fields(TrainConfig& c, Visit&& visit) {
   visit("data", c.data);
   visit("eval_every_epochs", c.eval_every_epochs);
   visit("eval_every_s", c.eval_every_s);
+  visit("warmup_rounds", c.warmup_rounds);
 }
 
 template <typename Visit>

@@ -228,6 +228,8 @@ absl::Status ValidateTrain(const TrainConfig& train) {
   CONFIG_RETURN_IF_ERROR(
       CheckNonNegative("train.eval_every_s", train.eval_every_s));
   CONFIG_RETURN_IF_ERROR(
+      CheckAtLeast("train.warmup_rounds", train.warmup_rounds, 0));
+  CONFIG_RETURN_IF_ERROR(
       CheckAtLeast("train.data.chunks", train.data.chunks, 0));
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("train.model", "model", train.model, kModels));

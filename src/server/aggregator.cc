@@ -87,10 +87,12 @@ class AsyncAggregator final : public Aggregator {
 
 class SyncAggregator final : public Aggregator {
  public:
-  SyncAggregator(uint32_t num_workers, uint64_t job_batch, Clock& clock)
+  SyncAggregator(uint32_t num_workers, const AggregatorOptions& options,
+                 Clock& clock)
       : clock_(clock),
         live_(num_workers),
-        full_round_(num_workers, job_batch) {}
+        full_round_(num_workers, options.job_batch),
+        warmup_(options.warmup_rounds) {}
 
   absl::Status Push(const PushView& push) override {
     absl::MutexLock lock(&mu_);
@@ -143,6 +145,11 @@ class SyncAggregator final : public Aggregator {
                         const std::vector<uint32_t>& live) override {
     absl::MutexLock lock(&mu_);
     if (live_.Update(epoch, live)) CloseReadyRounds();
+  }
+
+  void TablesRestored() override {
+    absl::MutexLock lock(&mu_);
+    warmup_.Skip();
   }
 
   uint64_t applied_rounds() const override {
@@ -211,7 +218,10 @@ class SyncAggregator final : public Aggregator {
         Round& round = it->second;
         full_round_.Note(round.contributors.size(), round.contributors.size(),
                          round.sum.total_batch());
-        round.sum.Apply(full_round_.samples());
+        const uint64_t samples = round.sum.total_batch();
+        round.sum.Apply(full_round_.samples(),
+                        warmup_.Factor(samples, full_round_.samples()));
+        warmup_.Applied(samples);
         rounds_.erase(it);
       } else {
         ++empty;
@@ -238,6 +248,7 @@ class SyncAggregator final : public Aggregator {
   absl::CondVar round_closed_;
   LiveSet live_ ABSL_GUARDED_BY(mu_);
   FullRound full_round_ ABSL_GUARDED_BY(mu_);
+  Warmup warmup_ ABSL_GUARDED_BY(mu_);
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pulls_ ABSL_GUARDED_BY(mu_) = 0;
@@ -253,10 +264,9 @@ std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers) {
   return std::make_unique<AsyncAggregator>(num_workers);
 }
 
-std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
-                                              uint64_t job_batch,
-                                              Clock& clock) {
-  return std::make_unique<SyncAggregator>(num_workers, job_batch, clock);
+std::unique_ptr<Aggregator> NewSyncAggregator(
+    uint32_t num_workers, const AggregatorOptions& options, Clock& clock) {
+  return std::make_unique<SyncAggregator>(num_workers, options, clock);
 }
 
 }  // namespace hetps::aggregator_internal
@@ -269,7 +279,7 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(
   using namespace aggregator_internal;
   switch (mode) {
     case ConsistencyMode::kSync:
-      return NewSyncAggregator(num_workers, options.job_batch, clock);
+      return NewSyncAggregator(num_workers, options, clock);
     case ConsistencyMode::kAsync:
       return NewAsyncAggregator(num_workers);
     case ConsistencyMode::kSemiAsync:

@@ -89,6 +89,8 @@ struct AggregatorOptions {
   // first one shows the real figure: train.batch_size × cluster.workers.
   // 0: merges take a full step until then.
   uint64_t job_batch = 0;
+  // sync and semi_async: TrainConfig::warmup_rounds (0: none).
+  uint32_t warmup_rounds = 0;
   // semi_async only: the initial window and the mode's settings.
   uint32_t window = 2;
   SemiAsyncConfig semi_async;
@@ -134,6 +136,10 @@ class Aggregator {
   // Replaces the live set when `epoch` is newer than the last one seen.
   virtual void UpdateMembership(uint64_t epoch,
                                 const std::vector<uint32_t>& live) = 0;
+
+  // The tables were restored from a checkpoint: they hold trained values,
+  // so no warm-up (AggregatorOptions::warmup_rounds) from here on.
+  virtual void TablesRestored() {}
 
   // Sync: rounds applied. Async: pushes applied. semi_async: queue applies.
   virtual uint64_t applied_rounds() const = 0;

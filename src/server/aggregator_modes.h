@@ -112,6 +112,31 @@ class FullRound {
   uint64_t samples_;
 };
 
+// The warm-up of TrainConfig::warmup_rounds: the share of a step an apply
+// takes while the samples applied so far are below `rounds` full rounds.
+class Warmup {
+ public:
+  explicit Warmup(uint32_t rounds) : rounds_(rounds) {}
+
+  // The step factor of an apply of `samples` now, a full round being
+  // `full_round` samples (0: unknown, no warm-up).
+  float Factor(uint64_t samples, uint64_t full_round) const {
+    if (done_ || rounds_ == 0 || full_round == 0) return 1.0f;
+    const double share = static_cast<double>(applied_ + samples) /
+                         (static_cast<double>(rounds_) *
+                          static_cast<double>(full_round));
+    return share >= 1.0 ? 1.0f : static_cast<float>(share);
+  }
+  void Applied(uint64_t samples) { applied_ += samples; }
+  // The tables hold trained values (restored from a checkpoint).
+  void Skip() { done_ = true; }
+
+ private:
+  const uint32_t rounds_;
+  uint64_t applied_ = 0;
+  bool done_ = false;
+};
+
 // Gradients of several pushes merged: per key (and per dense table) the sum
 // of weight · batch · gradient, with Σ weight · batch and Σ batch behind it.
 // Apply() hands the tables the weighted mean gradient and takes
@@ -152,11 +177,12 @@ class GradientSum {
 
   uint64_t total_batch() const { return total_batch_; }
 
-  // Applies the merged gradient to the tables.
-  void Apply(uint64_t full_round) {
+  // Applies the merged gradient to the tables, its step times `factor`
+  // (the warm-up's).
+  void Apply(uint64_t full_round, float factor) {
     if (total_batch_ == 0) return;
     const float mean = MeanScale();
-    const float step = StepScale(full_round);
+    const float step = StepScale(full_round) * factor;
     for (auto& [table, sum] : sparse_) {
       for (float& v : sum.values) v *= mean;
       table->Push(sum.keys, sum.values, step);
@@ -167,10 +193,11 @@ class GradientSum {
     }
   }
 
-  // The rows of `keys` as Apply(full_round) would leave them now; the
-  // tables unchanged. Rows without a gradient here are read as they are.
+  // The rows of `keys` as Apply(full_round, factor) would leave them now;
+  // the tables unchanged. Rows without a gradient here are read as they are.
   void PullAhead(SparseTable* table, std::span<const uint64_t> keys,
-                 uint64_t full_round, std::span<float> out) const {
+                 uint64_t full_round, float factor,
+                 std::span<float> out) const {
     auto it = sparse_.find(table);
     if (total_batch_ == 0 || it == sparse_.end()) {
       table->Pull(keys, out);
@@ -192,10 +219,10 @@ class GradientSum {
     for (size_t i = 0; i < keys.size(); ++i) {
       if (found[i] != kNone) ahead[i] = &grads[size_t{found[i]} * dim];
     }
-    table->PullAhead(keys, ahead, StepScale(full_round), out);
+    table->PullAhead(keys, ahead, StepScale(full_round) * factor, out);
   }
 
-  void PullAhead(DenseTable* table, uint64_t full_round,
+  void PullAhead(DenseTable* table, uint64_t full_round, float factor,
                  std::span<float> out) const {
     auto it = dense_.find(table);
     if (total_batch_ == 0 || it == dense_.end()) {
@@ -204,7 +231,7 @@ class GradientSum {
     }
     std::vector<float> grad(it->second);
     for (float& v : grad) v *= MeanScale();
-    table->PullAhead(grad, StepScale(full_round), out);
+    table->PullAhead(grad, StepScale(full_round) * factor, out);
   }
 
  private:
@@ -229,8 +256,8 @@ class GradientSum {
 };
 
 std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers);
-std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
-                                              uint64_t job_batch, Clock& clock);
+std::unique_ptr<Aggregator> NewSyncAggregator(
+    uint32_t num_workers, const AggregatorOptions& options, Clock& clock);
 std::unique_ptr<Aggregator> NewSemiAsyncAggregator(uint32_t num_workers,
                                                    AggregatorOptions options,
                                                    Clock& clock);

@@ -205,6 +205,7 @@ absl::Status Checkpointer::Restore() {
     }
     progress_.restore(progress);
   }
+  server_->TablesRestored();
   spdlog::info(
       "server {}: restored {} (saved at round {}); updates applied after it "
       "were lost on this server",

@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
   AggregatorOptions options;
   options.job_batch = static_cast<uint64_t>(config.train.batch_size) *
                       static_cast<uint64_t>(config.num_workers());
+  options.warmup_rounds = static_cast<uint32_t>(config.train.warmup_rounds);
   options.window = semi_async_window;
   options.semi_async = config.semi_async;
   auto aggregator = Aggregator::Create(

@@ -68,6 +68,8 @@ class PsServer final : public rpc::ParameterServer::Service {
   void RunBetweenApplies(const std::function<void(uint64_t)>& fn) {
     aggregator_->RunBetweenApplies(fn);
   }
+  // The Checkpointer restored the tables: Aggregator::TablesRestored.
+  void TablesRestored() { aggregator_->TablesRestored(); }
 
   // In-process access (tests, status). Null when absent.
   SparseTable* sparse_table(const std::string& name) const;

@@ -25,7 +25,8 @@ class SemiAsyncAggregator final : public Aggregator {
         clock_(clock),
         window_(std::max<uint32_t>(1, options_.window)),
         live_(num_workers),
-        full_round_(num_workers, options_.job_batch) {}
+        full_round_(num_workers, options_.job_batch),
+        warmup_(options_.warmup_rounds) {}
 
   absl::Status Push(const PushView& push) override {
     absl::MutexLock lock(&mu_);
@@ -114,7 +115,8 @@ class SemiAsyncAggregator final : public Aggregator {
       if (ReadAhead(worker_id)) {
         // Under the lock: an apply between reading the queue and the rows
         // would count the queue twice.
-        queue_.PullAhead(table, keys, full_round_.samples(), out);
+        queue_.PullAhead(table, keys, full_round_.samples(), WarmupFactor(),
+                          out);
         return;
       }
     }
@@ -126,7 +128,7 @@ class SemiAsyncAggregator final : public Aggregator {
     {
       absl::MutexLock lock(&mu_);
       if (ReadAhead(worker_id)) {
-        queue_.PullAhead(table, full_round_.samples(), out);
+        queue_.PullAhead(table, full_round_.samples(), WarmupFactor(), out);
         return;
       }
     }
@@ -144,6 +146,11 @@ class SemiAsyncAggregator final : public Aggregator {
       ApplyQueue();
     }
     advanced_.SignalAll();
+  }
+
+  void TablesRestored() override {
+    absl::MutexLock lock(&mu_);
+    warmup_.Skip();
   }
 
   uint64_t applied_rounds() const override {
@@ -238,9 +245,15 @@ class SemiAsyncAggregator final : public Aggregator {
     return true;
   }
 
+  // The warm-up's factor for applying the queue as it is now.
+  float WarmupFactor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return warmup_.Factor(queue_.total_batch(), full_round_.samples());
+  }
+
   void ApplyQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     full_round_.Note(queued_, contributors_.size(), queue_.total_batch());
-    queue_.Apply(full_round_.samples());
+    queue_.Apply(full_round_.samples(), WarmupFactor());
+    warmup_.Applied(queue_.total_batch());
     queue_ = GradientSum();
     queued_ = 0;
     contributors_.clear();
@@ -254,6 +267,7 @@ class SemiAsyncAggregator final : public Aggregator {
   uint32_t window_ ABSL_GUARDED_BY(mu_);
   LiveSet live_ ABSL_GUARDED_BY(mu_);
   FullRound full_round_ ABSL_GUARDED_BY(mu_);
+  Warmup warmup_ ABSL_GUARDED_BY(mu_);
   GradientSum queue_ ABSL_GUARDED_BY(mu_);    // the GradientQueue, merged
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // pushes in queue_
   std::set<uint32_t> contributors_ ABSL_GUARDED_BY(mu_);  // workers in queue_

@@ -42,6 +42,7 @@ server:
   heartbeat_timeout_s: 60
 train:
   model: none
+  warmup_rounds: 0  # the tests check exact sums of full steps
 tables:
   - name: emb
     kind: sparse

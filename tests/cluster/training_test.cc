@@ -89,13 +89,15 @@ std::string SmallCriteo(const TempDir& dir) {
 }
 
 TEST(TrainingTest, Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc) {
-  // DeepFM on generated Criteo data, uncompressed and int8 + error feedback.
+  // DeepFM on generated Criteo data, uncompressed and int8 + error feedback,
+  // the example's three epochs (after one the model is still on the steep
+  // part of its curve, where a run's AUC moves by ±0.005 with chunk order).
   TempDir dir;
   const std::string data = SmallCriteo(dir);
   const std::string config =
       testing::SourcePath("examples/criteo-synthetic.yaml");
   const std::vector<std::string> common = {
-      absl::StrCat("train.data.path=", data), "train.epochs=1", "mode=sync"};
+      absl::StrCat("train.data.path=", data), "mode=sync"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), common.begin(), common.end());
     return extra;
@@ -126,8 +128,10 @@ TEST(TrainingTest, Int8WithErrorFeedbackSendsFewerBytesAtTheSameAuc) {
   EXPECT_GT(int8.summary["value_compression_ratio"].get<double>(), 3.8);
   EXPECT_LT(int8.summary["value_compression_ratio"].get<double>(), 4.0);
   EXPECT_GT(int8.summary["sent_by_codec"]["int8"].get<uint64_t>(), 0u);
-  EXPECT_NEAR(int8.summary["test_auc"].get<double>(),
-              fp32.summary["test_auc"].get<double>(), 0.005);
+  // int8 loses no accuracy worth the name (it may gain some: its rounding
+  // noise measured +0.005 here).
+  EXPECT_GT(int8.summary["test_auc"].get<double>(),
+            fp32.summary["test_auc"].get<double>() - 0.005);
   EXPECT_TRUE(int8.summary["warnings"].empty()) << int8.summary["warnings"];
 }
 

@@ -247,6 +247,9 @@ TEST(JobConfigTest, ValidationNamesTheField) {
   EXPECT_THAT(ValidateYaml("train: {epochs: 0}\n"),
               StatusIs(kInvalid, HasSubstr("train.epochs: must be >= 1")));
   EXPECT_THAT(
+      ValidateYaml("train: {warmup_rounds: -1}\n"),
+      StatusIs(kInvalid, HasSubstr("train.warmup_rounds: must be >= 0")));
+  EXPECT_THAT(
       ValidateYaml("train: {model: dnn}\n"),
       StatusIs(kInvalid, "train.model: unknown model 'dnn' (expected lr, fm, deepfm, none)"));
   EXPECT_THAT(ValidateYaml("client: {rpc_timeout_s: 0}\n"),

@@ -132,6 +132,45 @@ TEST_F(AggregatorTest, SyncRoundWithoutTheWorkersThatLeftTakesItsShare) {
   EXPECT_EQ(agg->applied_rounds(), 5u);
 }
 
+// With warmup_rounds 2 and full rounds of 4 samples, the applies that
+// bring the samples applied to 4 and then 8 take 1/2 and then all of a
+// step; later ones a full step.
+TEST_F(AggregatorTest, SyncWarmsUpOverTheFirstRounds) {
+  AggregatorOptions options;
+  options.job_batch = 4;
+  options.warmup_rounds = 2;
+  auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, options, clock_);
+  auto round = [&](uint64_t clock) {
+    ASSERT_TRUE(agg->Push(MakePush(0, clock, 2, {7}, {2, 2}, {2, 0, 0})).ok());
+    ASSERT_TRUE(agg->Push(MakePush(1, clock, 2, {7}, {2, 2}, {2, 0, 0})).ok());
+  };
+  round(0);
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));  // sgd 0.5 · 2 · 1/2
+  EXPECT_EQ(Dense(), (std::vector<float>{-0.5f, 0.0f, 0.0f}));
+  round(1);
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.5f, -1.5f}));
+  round(2);
+  EXPECT_EQ(Row(7), (std::vector<float>{-2.5f, -2.5f}));
+}
+
+// Restored tables hold trained values: no warm-up after TablesRestored.
+TEST_F(AggregatorTest, RestoredTablesDoNotWarmUpAgain) {
+  AggregatorOptions options;
+  options.job_batch = 4;
+  options.warmup_rounds = 2;
+  options.window = 10;
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kSync, ConsistencyMode::kSemiAsync}) {
+    sparse_.RestoreRow(7, std::vector<float>{0, 0}, {}, 0);
+    auto agg = *Aggregator::Create(mode, 2, options, clock_);
+    agg->TablesRestored();
+    ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 2}, {0, 0, 0})).ok());
+    ASSERT_TRUE(agg->Push(MakePush(1, 0, 2, {7}, {2, 2}, {0, 0, 0})).ok());
+    EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}))
+        << ConsistencyModeName(mode);
+  }
+}
+
 TEST_F(AggregatorTest, SyncRetriedPushIsNotAppliedTwice) {
   auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
@@ -368,6 +407,32 @@ TEST_F(AggregatorTest, SemiAsyncReadsAheadOfTheQueue) {
   const AggregatorStats st = agg->Stats();
   EXPECT_EQ(st.max_staleness(), 0u);
   EXPECT_EQ(st.pulls_ahead(), 2u);  // worker 0's sparse and dense reads
+}
+
+// semi_async warms up by the samples its applies hold, and a read ahead of
+// the queue shows the warmed-up step the apply will take.
+TEST_F(AggregatorTest, SemiAsyncWarmsUpAndReadsAheadTheWarmedUpStep) {
+  AggregatorOptions options;
+  options.window = 10;
+  options.job_batch = 4;
+  options.warmup_rounds = 2;
+  auto agg =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
+  const uint64_t key = 7;
+  std::vector<float> read(2);
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {0, 0, 0})).ok());
+  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
+  agg->PullSparse(0, &sparse_, {&key, 1}, read);
+  // Half a round queued: half a step, warmed up to 2 of 8 samples.
+  EXPECT_EQ(read, (std::vector<float>{-0.125f, -0.25f}));
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 2, {7}, {2, 4}, {0, 0, 0})).ok());
+  // A full round, warmed up to 4 of 8: half a step.
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -1.0f}));
+  ASSERT_TRUE(agg->AwaitPull(1, 1, clock_.Now(), nullptr).ok());
+  agg->PullSparse(1, &sparse_, {&key, 1}, read);  // fresh: no stale weight
+  ASSERT_TRUE(agg->Push(MakePush(0, 1, 2, {7}, {2, 4}, {0, 0, 0})).ok());
+  ASSERT_TRUE(agg->Push(MakePush(1, 1, 2, {7}, {2, 4}, {0, 0, 0})).ok());
+  EXPECT_EQ(Row(7), (std::vector<float>{-1.5f, -3.0f}));  // 8 of 8: full
 }
 
 TEST_F(AggregatorTest, SemiAsyncLookaheadOffReadsTheTables) {
