@@ -6,10 +6,12 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
   libeigen3-dev nlohmann-json3-dev libxxhash-dev
+  prometheus-cpp-dev libcpp-httplib-dev  # /metrics and the dashboard
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev  # scripts/fuzz.sh: clang++ and libFuzzer
   iproute2  # ip netns and tc: the test hosts of tests/netns/
   openmpi-bin  # mpirun: tests/launchers/mpirun_test.sh
+  prometheus  # tests/metrics/prometheus_test.py scrapes a running job
   # The Python module (python/) and its tests: Debian's python3 with numpy,
   # PyTorch (CPU) and pytest.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest

@@ -314,6 +314,20 @@ struct WorkerConfig {
   std::vector<std::string> command;
 };
 
+// Prometheus metrics and the live dashboard (docs/OPERATING.md). Every server
+// serves http://address:port/metrics with its own series; server 0 (the
+// coordinator) also the job's (window, workers, data) and the dashboard at
+// "/". With auth.token_* set, every request must carry the token
+// (`Authorization: Bearer`).
+struct MetricsConfig {
+  bool enabled = true;
+  // Where to listen: loopback by default; "0.0.0.0" for a scraper elsewhere.
+  std::string address = "127.0.0.1";
+  // Server r listens on port + r; 0: a free port each, shown in the server's
+  // log and `hetps status`.
+  int port = 0;
+};
+
 struct JobConfig {
   std::string name = "hetps-job";
   ClusterConfig cluster;
@@ -331,6 +345,7 @@ struct JobConfig {
   TrainConfig train;
   CheckpointConfig checkpoint;
   AuthConfig auth;
+  MetricsConfig metrics;
   std::string log_level = "info";
   // Filled from `auth` by ResolveCredentials; not a YAML field.
   Credentials credentials;

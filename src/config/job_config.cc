@@ -203,6 +203,13 @@ void Fields(WorkerConfig& c, Visit&& visit) {
 }
 
 template <typename Visit>
+void Fields(MetricsConfig& c, Visit&& visit) {
+  visit("enabled", c.enabled);
+  visit("address", c.address);
+  visit("port", c.port);
+}
+
+template <typename Visit>
 void Fields(JobConfig& c, Visit&& visit) {
   visit("name", c.name);
   visit("cluster", c.cluster);
@@ -219,6 +226,7 @@ void Fields(JobConfig& c, Visit&& visit) {
   visit("train", c.train);
   visit("checkpoint", c.checkpoint);
   visit("auth", c.auth);
+  visit("metrics", c.metrics);
   visit("log_level", c.log_level);
 }
 

@@ -178,6 +178,18 @@ absl::Status ValidateClient(const ClientOptions& client,
   return absl::OkStatus();
 }
 
+absl::Status ValidateMetrics(const MetricsConfig& metrics, int servers) {
+  if (metrics.enabled && metrics.address.empty()) {
+    return Invalid("metrics.address: empty (set metrics.enabled: false to ",
+                   "serve no metrics)");
+  }
+  if (metrics.port < 0 || metrics.port + servers - 1 > 65535) {
+    return Invalid("metrics.port: server r listens on port + r, so it must ",
+                   "be in [0, ", 65536 - servers, "], got ", metrics.port);
+  }
+  return absl::OkStatus();
+}
+
 // Consistency only; whether the files exist is ResolveCredentials' business.
 absl::Status ValidateAuth(const AuthConfig& auth) {
   if (!auth.token_file.empty() && !auth.token_env.empty()) {
@@ -389,6 +401,8 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(ValidateClient(config.client, config.server));
   CONFIG_RETURN_IF_ERROR(ValidateTrain(config.train));
   CONFIG_RETURN_IF_ERROR(ValidateAuth(config.auth));
+  CONFIG_RETURN_IF_ERROR(
+      ValidateMetrics(config.metrics, config.num_servers()));
   CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_failures",
                                       config.cluster.max_worker_failures, 0));

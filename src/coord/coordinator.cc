@@ -453,6 +453,28 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
       !s.ok()) {
     return ToGrpcStatus(s);
   }
+  *response = Status();
+  return grpc::Status::OK;
+}
+
+rpc::ServerStatus ServerStatusOf(const rpc::TableInfoResponse& info,
+                                 const std::string& endpoint) {
+  rpc::ServerStatus status;
+  status.set_rank(info.server_rank());
+  status.set_endpoint(endpoint);
+  status.set_reachable(true);
+  status.set_applied_rounds(info.applied_rounds());
+  *status.mutable_tables() = info.tables();
+  *status.mutable_stats() = info.stats();
+  *status.mutable_pull_latency() = info.pull_latency();
+  *status.mutable_push_latency() = info.push_latency();
+  status.set_metrics_endpoint(info.metrics_endpoint());
+  return status;
+}
+
+rpc::StatusResponse Coordinator::Status() {
+  rpc::StatusResponse status;
+  rpc::StatusResponse* response = &status;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_.Now();
@@ -487,15 +509,14 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
   const auto infos = PollServers(servers);
   for (uint32_t s = 0; s < servers.size(); ++s) {
     rpc::ServerStatus* ss = response->add_servers();
-    ss->set_rank(s);
-    ss->set_endpoint(servers[s].endpoint);
-    ss->set_reachable(infos[s].has_value());
-    if (!infos[s]) continue;
-    ss->set_applied_rounds(infos[s]->applied_rounds());
-    *ss->mutable_tables() = infos[s]->tables();
-    *ss->mutable_stats() = infos[s]->stats();
+    if (infos[s]) {
+      *ss = ServerStatusOf(*infos[s], servers[s].endpoint);
+    } else {
+      ss->set_rank(s);
+      ss->set_endpoint(servers[s].endpoint);
+    }
   }
-  return grpc::Status::OK;
+  return status;
 }
 
 void Coordinator::BroadcastMembership() {

@@ -67,6 +67,10 @@ inline constexpr char kDoneBarrier[] = "done";
 // The reason a worker gives when it leaves having trained all its chunks.
 inline constexpr char kFinishedItsData[] = "finished its data";
 
+// A server's status line from what it answered (GetTableInfo) at `endpoint`.
+rpc::ServerStatus ServerStatusOf(const rpc::TableInfoResponse& info,
+                                 const std::string& endpoint);
+
 class Coordinator final : public rpc::Coordinator::Service {
  public:
   // `config` validated, with ps_endpoints filled in. `bytes_per_sample`:
@@ -85,6 +89,10 @@ class Coordinator final : public rpc::Coordinator::Service {
   // The data progress a checkpoint keeps (ChunkQueue::Save).
   rpc::JobProgress SaveProgress() const;
   void RestoreProgress(const rpc::JobProgress& progress);
+  // What GetStatus answers: the job's window and data, every worker's
+  // latest progress and every server's tables, queue and latencies (asked
+  // from the servers now).
+  rpc::StatusResponse Status();
 
   grpc::Status Register(grpc::ServerContext* context,
                         const rpc::RegisterRequest* request,

@@ -1,13 +1,17 @@
 #include "node/server_node.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/logging.h"
+#include "common/proto_json.h"
 #include "coord/coordinator_client.h"
 #include "coord/window_controller.h"
 #include "hetps/version.h"
+#include "metrics/families.h"
+#include "nlohmann/json.hpp"
 
 namespace hetps {
 
@@ -55,6 +59,10 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
         config.credentials.ca_pem.empty() ? "" : " TLS certificate or key bad?",
         ")"));
   }
+  if (absl::Status s = node->StartMetrics(config, listen_address); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("server ", rank, ": ", s.message()));
+  }
   if (node->coordinator_) node->coordinator_->Start();
   if (node->checkpointer_) node->checkpointer_->Start();
   if (config.checkpoint.resume && rank != 0) {
@@ -65,6 +73,64 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
                config.tables.size(), ConsistencyModeName(config.mode),
                rank == 0 ? ", coordinator here" : "");
   return node;
+}
+
+absl::Status ServerNode::StartMetrics(const JobConfig& config,
+                                      const std::string& listen_address) {
+  if (!config.metrics.enabled) return absl::OkStatus();
+  const uint32_t rank = ps_->rank();
+  std::map<std::string, HttpEndpoint::Route> routes;
+  PsServer* ps = ps_.get();
+  Coordinator* coordinator = coordinator_.get();
+  const std::string self = absl::StrCat("127.0.0.1:", port_);
+  routes["/metrics"] = [ps, coordinator, self] {
+    MetricFamilies families;
+    AddServerFamilies(ServerStatusOf(ps->Info(), self), families);
+    if (coordinator != nullptr) AddJobFamilies(coordinator->Status(), families);
+    return HttpReply{.content_type = "text/plain; version=0.0.4",
+                     .body = Exposition(families)};
+  };
+  if (coordinator != nullptr) {
+    routes["/api/status"] = [coordinator] {
+      return HttpReply{.content_type = "application/json",
+                       .body = ProtoToJson(coordinator->Status()).dump()};
+    };
+    // Prometheus' HTTP service discovery (http_sd_configs): every server's
+    // /metrics.
+    routes["/api/targets"] = [coordinator] {
+      nlohmann::json targets = nlohmann::json::array();
+      const rpc::StatusResponse status = coordinator->Status();
+      for (const rpc::ServerStatus& s : status.servers()) {
+        if (s.metrics_endpoint().empty()) continue;
+        nlohmann::json group;
+        group["targets"] = nlohmann::json::array({s.metrics_endpoint()});
+        group["labels"]["hetps_server"] = std::to_string(s.rank());
+        targets.push_back(std::move(group));
+      }
+      return HttpReply{.content_type = "application/json",
+                       .body = targets.dump()};
+    };
+  }
+  const int port = config.metrics.port == 0
+                       ? 0
+                       : config.metrics.port + static_cast<int>(rank);
+  auto endpoint = HttpEndpoint::Start(config.metrics.address, port,
+                                      config.credentials.token,
+                                      std::move(routes));
+  if (!endpoint.ok()) return endpoint.status();
+  metrics_ = std::move(*endpoint);
+  // Others reach a wildcard address at the host of the gRPC endpoint.
+  std::string host = config.metrics.address;
+  if (host == "0.0.0.0" || host == "::" || host == "[::]") {
+    host = listen_address.substr(0, listen_address.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+  }
+  const std::string endpoint_name = absl::StrCat(host, ":", metrics_->port());
+  ps_->SetMetricsEndpoint(endpoint_name);
+  spdlog::info("server {}: metrics on http://{}/metrics{}", rank,
+               endpoint_name,
+               coordinator != nullptr ? " (the job's too)" : "");
+  return absl::OkStatus();
 }
 
 ServerNode::~ServerNode() { Shutdown(absl::Seconds(2)); }

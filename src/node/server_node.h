@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "coord/coordinator.h"
 #include "hetps/config.h"
+#include "metrics/http_endpoint.h"
 #include "model/job_shape.h"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
@@ -36,6 +37,8 @@ class ServerNode {
   ~ServerNode();
 
   int port() const { return port_; }
+  // The port of /metrics (metrics.enabled); 0 when it serves none.
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   PsServer& ps() { return *ps_; }
   Coordinator* coordinator() { return coordinator_.get(); }
 
@@ -49,11 +52,16 @@ class ServerNode {
   // A restarted server learns which workers are still live (and the
   // semi_async window) from the coordinator once it serves.
   void FetchMembership(const JobConfig& config);
+  // Serves /metrics (and on rank 0 the job's JSON for the dashboard and
+  // Prometheus' service discovery) per config.metrics.
+  absl::Status StartMetrics(const JobConfig& config,
+                            const std::string& listen_address);
 
   std::unique_ptr<PsServer> ps_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null without checkpoint.dir
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpEndpoint> metrics_;  // null when metrics are off
   std::thread membership_;
   int port_ = 0;
   bool shut_down_ = false;

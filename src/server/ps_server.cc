@@ -176,7 +176,10 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
 grpc::Status PsServer::PullSparse(grpc::ServerContext* context,
                                   const rpc::PullSparseRequest* request,
                                   rpc::PullSparseResponse* response) {
-  return ToGrpcStatus(DoPullSparse(context, *request, response));
+  const absl::Time start = clock_.Now();
+  absl::Status status = DoPullSparse(context, *request, response);
+  pull_latency_.Observe(clock_.Now() - start);
+  return ToGrpcStatus(status);
 }
 
 absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
@@ -212,7 +215,10 @@ absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
 grpc::Status PsServer::PullDense(grpc::ServerContext* context,
                                  const rpc::PullDenseRequest* request,
                                  rpc::PullDenseResponse* response) {
-  return ToGrpcStatus(DoPullDense(context, *request, response));
+  const absl::Time start = clock_.Now();
+  absl::Status status = DoPullDense(context, *request, response);
+  pull_latency_.Observe(clock_.Now() - start);
+  return ToGrpcStatus(status);
 }
 
 absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
@@ -327,7 +333,9 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
 grpc::Status PsServer::Push(grpc::ServerContext*,
                             const rpc::PushRequest* request,
                             rpc::PushResponse* response) {
+  const absl::Time start = clock_.Now();
   absl::Status status = DoPush(*request);
+  push_latency_.Observe(clock_.Now() - start);
   if (!status.ok()) {
     spdlog::warn("push from worker {} refused: {}", request->worker_id(),
                  status.ToString());
@@ -343,15 +351,32 @@ grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
       !s.ok()) {
     return ToGrpcStatus(s);
   }
-  response->set_server_rank(rank_);
-  response->set_applied_rounds(aggregator_->applied_rounds());
-  response->set_mode(ConsistencyModeName(config_.mode));
-  shard_map_.ToProto(response->mutable_shard_map());
-  bool found = request->table().empty();
+  if (!request->table().empty() &&
+      sparse_table(request->table()) == nullptr &&
+      dense_table(request->table()) == nullptr) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("unknown table '", request->table(), "'"));
+  }
+  *response = Info();
+  if (!request->table().empty()) {
+    auto* tables = response->mutable_tables();
+    for (int i = tables->size() - 1; i >= 0; --i) {
+      if (tables->Get(i).schema().name() != request->table()) {
+        tables->DeleteSubrange(i, 1);
+      }
+    }
+  }
+  return grpc::Status::OK;
+}
+
+rpc::TableInfoResponse PsServer::Info() const {
+  rpc::TableInfoResponse response;
+  response.set_server_rank(rank_);
+  response.set_applied_rounds(aggregator_->applied_rounds());
+  response.set_mode(ConsistencyModeName(config_.mode));
+  shard_map_.ToProto(response.mutable_shard_map());
   for (const TableConfig& config : config_.tables) {
-    if (!request->table().empty() && request->table() != config.name) continue;
-    found = true;
-    rpc::TableInfo* info = response->add_tables();
+    rpc::TableInfo* info = response.add_tables();
     ToSchemaProto(config, info->mutable_schema());
     if (SparseTable* table = sparse_table(config.name)) {
       info->set_rows(table->size());
@@ -360,13 +385,13 @@ grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
       info->set_dense_offset(table->offset());
     }
   }
-  if (!found) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("unknown table '", request->table(), "'"));
-  }
-  *response->mutable_stats() = aggregator_->Stats();
-  response->mutable_stats()->set_cpu_s(ProcessCpuSeconds());
-  return grpc::Status::OK;
+  *response.mutable_stats() = aggregator_->Stats();
+  response.mutable_stats()->set_cpu_s(ProcessCpuSeconds());
+  pull_latency_.ToProto(response.mutable_pull_latency());
+  push_latency_.ToProto(response.mutable_push_latency());
+  absl::MutexLock lock(&metrics_mu_);
+  response.set_metrics_endpoint(metrics_endpoint_);
+  return response;
 }
 
 grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,

@@ -25,6 +25,7 @@
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 #include "server/aggregator.h"
+#include "server/latency.h"
 #include "shard/shard_map.h"
 #include "table/dense_table.h"
 #include "table/sparse_table.h"
@@ -78,6 +79,14 @@ class PsServer final : public rpc::ParameterServer::Service {
   const ShardMap& shard_map() const { return shard_map_; }
   uint64_t applied_rounds() const { return aggregator_->applied_rounds(); }
   AggregatorStats aggregator_stats() const { return aggregator_->Stats(); }
+  // What GetTableInfo answers for all tables: rows, queue, latencies.
+  rpc::TableInfoResponse Info() const;
+  // host:port of this server's /metrics (set once it serves them), reported
+  // in Info() so that status and the dashboard can name it.
+  void SetMetricsEndpoint(std::string endpoint) {
+    absl::MutexLock lock(&metrics_mu_);
+    metrics_endpoint_ = std::move(endpoint);
+  }
 
  private:
   PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
@@ -111,6 +120,11 @@ class PsServer final : public rpc::ParameterServer::Service {
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
   absl::flat_hash_map<std::string, std::unique_ptr<DenseTable>> dense_;
   std::function<absl::StatusOr<std::string>()> save_;  // set before serving
+
+  LatencyHistogram pull_latency_;
+  LatencyHistogram push_latency_;
+  mutable absl::Mutex metrics_mu_;
+  std::string metrics_endpoint_ ABSL_GUARDED_BY(metrics_mu_);
 
   struct Incarnation {
     uint32_t number = 0;
