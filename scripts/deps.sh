@@ -12,6 +12,7 @@ packages=(
   iproute2  # ip netns and tc: the test hosts of tests/netns/
   openmpi-bin  # mpirun: tests/launchers/mpirun_test.sh
   prometheus  # tests/metrics/prometheus_test.py scrapes a running job
+  chromium chromium-driver python3-selenium  # tests/metrics/dashboard_test.py
   # The Python module (python/) and its tests: Debian's python3 with numpy,
   # PyTorch (CPU) and pytest.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest

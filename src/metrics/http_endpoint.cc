@@ -13,7 +13,8 @@ namespace hetps {
 
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
     const std::string& address, int port, std::string token,
-    std::map<std::string, Route> routes) {
+    std::map<std::string, Route> routes,
+    std::map<std::string, Route> open_routes) {
   std::unique_ptr<HttpEndpoint> endpoint(new HttpEndpoint());
   endpoint->server_ = std::make_unique<httplib::Server>();
   httplib::Server& server = *endpoint->server_;
@@ -25,22 +26,31 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   });
   // Few, short requests: a scraper and a dashboard or two.
   server.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  const std::string expected =
-      token.empty() ? "" : absl::StrCat("Bearer ", token);
+  auto serve = [](const Route& route, httplib::Response& response) {
+    HttpReply reply = route();
+    response.status = reply.status;
+    response.set_content(std::move(reply.body), reply.content_type);
+  };
+  for (auto& [path, route] : open_routes) {
+    server.Get(path, [route = std::move(route), serve](
+                         const httplib::Request&, httplib::Response& response) {
+      serve(route, response);
+    });
+  }
   for (auto& [path, route] : routes) {
-    server.Get(path, [route = std::move(route), expected](
+    server.Get(path, [route = std::move(route), token, serve](
                          const httplib::Request& request,
                          httplib::Response& response) {
-      if (!expected.empty() &&
-          request.get_header_value("Authorization") != expected) {
+      if (!token.empty() &&
+          request.get_header_value("Authorization") !=
+              absl::StrCat("Bearer ", token) &&
+          request.get_param_value("token") != token) {
         response.status = 401;
         response.set_content("a bearer token is required (auth.token_*)\n",
                              "text/plain");
         return;
       }
-      HttpReply reply = route();
-      response.status = reply.status;
-      response.set_content(std::move(reply.body), reply.content_type);
+      serve(route, response);
     });
   }
   endpoint->port_ = port == 0 ? server.bind_to_any_port(address)

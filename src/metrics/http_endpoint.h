@@ -27,12 +27,16 @@ class HttpEndpoint {
  public:
   using Route = std::function<HttpReply()>;
 
-  // Listens on address:port (port 0: a free one) and serves `routes` by
-  // exact path. A non-empty `token`: requests without `Authorization:
-  // Bearer <token>` get 401. UNAVAILABLE when the address cannot be bound.
+  // Listens on address:port (port 0: a free one) and serves `routes` and
+  // `open_routes` by exact path. A non-empty `token`: requests for `routes`
+  // without `Authorization: Bearer <token>` (or, for a browser, `?token=`)
+  // get 401; `open_routes` (the dashboard's page and scripts, no data) are
+  // served to anyone who reaches the address. UNAVAILABLE when the address
+  // cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Start(
       const std::string& address, int port, std::string token,
-      std::map<std::string, Route> routes);
+      std::map<std::string, Route> routes,
+      std::map<std::string, Route> open_routes = {});
   ~HttpEndpoint();  // stops serving; waits for running requests
 
   int port() const { return port_; }

@@ -11,6 +11,7 @@
 #include "coord/window_controller.h"
 #include "hetps/version.h"
 #include "metrics/families.h"
+#include "metrics/web_assets.h"
 #include "nlohmann/json.hpp"
 
 namespace hetps {
@@ -111,12 +112,25 @@ absl::Status ServerNode::StartMetrics(const JobConfig& config,
                        .body = targets.dump()};
     };
   }
+  // The dashboard (web/): its page at "/", the rest by path.
+  std::map<std::string, HttpEndpoint::Route> open_routes;
+  if (coordinator != nullptr) {
+    for (const WebAsset& asset : WebAssets()) {
+      HttpEndpoint::Route serve = [asset] {
+        return HttpReply{.content_type = std::string(asset.content_type),
+                         .body = std::string(asset.body)};
+      };
+      if (asset.path == "dashboard.html") open_routes["/"] = serve;
+      open_routes["/" + std::string(asset.path)] = std::move(serve);
+    }
+  }
   const int port = config.metrics.port == 0
                        ? 0
                        : config.metrics.port + static_cast<int>(rank);
   auto endpoint = HttpEndpoint::Start(config.metrics.address, port,
                                       config.credentials.token,
-                                      std::move(routes));
+                                      std::move(routes),
+                                      std::move(open_routes));
   if (!endpoint.ok()) return endpoint.status();
   metrics_ = std::move(*endpoint);
   // Others reach a wildcard address at the host of the gRPC endpoint.
@@ -127,9 +141,15 @@ absl::Status ServerNode::StartMetrics(const JobConfig& config,
   }
   const std::string endpoint_name = absl::StrCat(host, ":", metrics_->port());
   ps_->SetMetricsEndpoint(endpoint_name);
-  spdlog::info("server {}: metrics on http://{}/metrics{}", rank,
-               endpoint_name,
-               coordinator != nullptr ? " (the job's too)" : "");
+  if (coordinator != nullptr) {
+    spdlog::info(
+        "server {}: metrics on http://{}/metrics (the job's too), dashboard "
+        "on http://{}/",
+        rank, endpoint_name, endpoint_name);
+  } else {
+    spdlog::info("server {}: metrics on http://{}/metrics", rank,
+                 endpoint_name);
+  }
   return absl::OkStatus();
 }
 

@@ -110,7 +110,8 @@ TEST(HttpEndpointTest, ServesRoutesAndAsksForTheToken) {
       {{"/metrics", [&] {
           ++calls;
           return HttpReply{.body = "hetps_window 3\n"};
-        }}});
+        }}},
+      {{"/", [] { return HttpReply{.body = "the page"}; }}});
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   httplib::Client client("127.0.0.1", (*endpoint)->port());
   auto refused = client.Get("/metrics");
@@ -121,10 +122,22 @@ TEST(HttpEndpointTest, ServesRoutesAndAsksForTheToken) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   EXPECT_EQ(ok->body, "hetps_window 3\n");
+  // A browser passes the token in the query; a wrong one is refused.
+  auto query = client.Get("/metrics?token=s3cret");
+  ASSERT_TRUE(query);
+  EXPECT_EQ(query->status, 200);
+  auto wrong = client.Get("/metrics?token=guess");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  // The dashboard's page holds no data: served without the token.
+  auto page = client.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->body, "the page");
   auto missing = client.Get("/nope", {{"Authorization", "Bearer s3cret"}});
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
-  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(calls, 2);
 }
 
 TEST(HttpEndpointTest, ABusyPortIsAClearError) {

@@ -1,0 +1,94 @@
+"""issue 16: the live dashboard in headless Chromium while the main job
+runs: every chart holds points, the throughput chart's points change over
+time, and a screenshot is saved.
+
+    /usr/bin/python3 tests/metrics/dashboard_test.py build/hetps OUT_DIR
+
+Chromium and its driver are Debian's (chromium, chromium-driver); the
+driver is python3-selenium's.
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from running_job import RunningJob, wait_for  # noqa: E402
+
+CHARTS = ["throughput", "busy", "batch", "window", "queue", "progress"]
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ["--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--disable-dev-shm-usage", "--window-size=1280,1400"]:
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"),
+                            options=options)
+
+
+def main() -> None:
+    hetps, out = sys.argv[1], Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"]:
+        if not Path(tool).exists():
+            raise SystemExit(f"FAIL: no {tool} (scripts/deps.sh installs it)")
+    job = RunningJob(hetps, "train.epochs=3")
+    driver = None
+    try:
+        driver = browser()
+        driver.get(job.base + "/")
+
+        def points():
+            return driver.execute_script(
+                "const c = window.hetpsCharts || {};"
+                "const out = {};"
+                "for (const k of Object.keys(c)) out[k] = c[k].points();"
+                "return out;")
+
+        wait_for("every chart with 3 points",
+                 lambda: (lambda p: set(p) == set(CHARTS) and
+                          min(p.values()) >= 3)(points()), 60)
+
+        def throughput():
+            # Worker 0's samples/s column of the throughput chart.
+            return driver.execute_script(
+                "const c = window.hetpsCharts.throughput;"
+                "return c.data[c.labels.indexOf('worker 0') + 1];")
+
+        first = throughput()
+        # Later points are there and not all the same value.
+        later = wait_for(
+            "new throughput points that differ from the first ones",
+            lambda: (lambda t: t if len(t) > len(first) + 2 and
+                     len({round(v or 0, 3) for v in t}) > 1 else None)(
+                throughput()), 30)
+        print("charts", points())
+        print("worker 0 samples/s", [round(v or 0) for v in later[-5:]])
+        labels = driver.execute_script(
+            "return window.hetpsCharts.throughput.labels;")
+        assert labels == ["worker 0", "worker 1", "worker 2", "worker 3"], \
+            labels
+        queue = driver.execute_script(
+            "return window.hetpsCharts.queue.labels;")
+        assert queue == ["server 0", "server 1"], queue
+        summary = driver.find_element("id", "summary").text
+        assert "mode semi_async" in summary, summary
+        shot = out / "dashboard.png"
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10000, "screenshot too small"
+        assert job.running(), "the job ended before the checks: too short"
+        print("screenshot", shot)
+        print("PASS")
+    finally:
+        if driver is not None:
+            driver.quit()
+        job.stop()
+        shutil.rmtree(job.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
