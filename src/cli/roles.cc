@@ -24,8 +24,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cli/process_group.h"
+#include "cli/report.h"
 #include "common/channel.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "common/ports.h"
 #include "common/proto_json.h"
@@ -227,10 +229,9 @@ void PrintLiveStatus(const JobConfig& config) {
 // The one progress line a quiet `launch` keeps rewriting on a terminal:
 // the data handed out, the time left at the pace so far, throughput, the
 // window.
-void PrintProgressLine(const JobConfig& config, double elapsed_s) {
-  absl::StatusOr<rpc::StatusResponse> st =
-      QueryStatus(config.cluster.ps_endpoints[0], 1.0, config.credentials);
-  if (!st.ok() || st->chunks_total() == 0) return;
+void PrintProgressLine(const rpc::StatusResponse& status, double elapsed_s) {
+  const rpc::StatusResponse* st = &status;
+  if (st->chunks_total() == 0) return;
   const double done = std::min(
       1.0, static_cast<double>(st->chunks_given()) / st->chunks_total());
   constexpr int kWidth = 30;
@@ -443,6 +444,8 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   int worker_restarts = 0;
   std::vector<int> failed_workers;
   absl::Time last_status = clock.Now();
+  absl::Time last_sample = clock.Now();
+  JobTimeline timeline;
   // Quiet: one progress line, rewritten, and only on a terminal.
   const bool progress_line =
       options.live_status && !options.verbose && isatty(STDOUT_FILENO);
@@ -454,9 +457,16 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       last_status = clock.Now();
       PrintLiveStatus(config);
     }
-    if (progress_line && clock.Now() - last_status > kProgressEvery) {
-      last_status = clock.Now();
-      PrintProgressLine(config, absl::ToDoubleSeconds(clock.Now() - start));
+    if (clock.Now() - last_sample > kProgressEvery) {
+      // For report.html, and the progress line.
+      last_sample = clock.Now();
+      const double elapsed_s = absl::ToDoubleSeconds(clock.Now() - start);
+      absl::StatusOr<rpc::StatusResponse> st = QueryStatus(
+          config.cluster.ps_endpoints[0], 1.0, config.credentials);
+      if (st.ok()) {
+        timeline.Add(elapsed_s, *st);
+        if (progress_line) PrintProgressLine(*st, elapsed_s);
+      }
     }
     if (!exit) continue;
     if (absl::StartsWith(exit->label, "server")) {
@@ -634,7 +644,19 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     std::printf("   per worker: batch %s, busy %s; window %d\n",
                 batches.c_str(), busy.c_str(), final_status->window());
   }
-  std::printf("   logs and summary.json in %s\n", run_dir.c_str());
+  absl::StatusOr<std::string> config_file = ReadFile(options.config_path);
+  std::string config_text = config_file.ok() ? *config_file : "";
+  if (!options.overrides.empty()) {
+    absl::StrAppend(&config_text, "\n# --set\n# ",
+                    absl::StrJoin(options.overrides, "\n# "), "\n");
+  }
+  const std::string report = (run_dir / "report.html").string();
+  if (absl::Status s = WriteReport(report, timeline, summary, config_text);
+      !s.ok()) {
+    spdlog::error("report: {}", s.message());
+  }
+  std::printf("   logs, summary.json and report.html in %s\n",
+              run_dir.c_str());
   std::fflush(stdout);
   for (const std::string& path :
        {(run_dir / "summary.json").string(), options.summary_json}) {

@@ -132,11 +132,13 @@ TEST(CliTest, MainJobIsQuietAndKeepsItsRunDirectory) {
   EXPECT_LE(lines.size(), 15u) << result.output;
   EXPECT_THAT(result.output, HasSubstr("test AUC"));
   EXPECT_THAT(result.output, HasSubstr("per worker: batch "));
-  EXPECT_THAT(result.output, HasSubstr("logs and summary.json in " + run));
+  EXPECT_THAT(result.output,
+              HasSubstr("logs, summary.json and report.html in " + run));
   EXPECT_THAT(result.output, ::testing::Not(HasSubstr("[worker 0]")));
   for (const char* file :
        {"launch.log", "server-0.log", "server-1.log", "worker-0.log",
-        "worker-1.log", "worker-2.log", "worker-3.log", "summary.json"}) {
+        "worker-1.log", "worker-2.log", "worker-3.log", "summary.json",
+        "report.html"}) {
     EXPECT_TRUE(std::filesystem::exists(run + "/" + file)) << file;
   }
   std::ifstream in(run + "/summary.json");

@@ -1,6 +1,7 @@
 """issue 16: the live dashboard in headless Chromium while the main job
 runs: every chart holds points, the throughput chart's points change over
-time, and a screenshot is saved.
+time, and a screenshot is saved. Then, once the job is done, the same for
+its report.html, opened from the run directory as a file (offline).
 
     /usr/bin/python3 tests/metrics/dashboard_test.py build/hetps OUT_DIR
 
@@ -28,6 +29,39 @@ def browser():
         options.add_argument(flag)
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"),
                             options=options)
+
+
+REPORT_CHARTS = {"auc", "throughput", "busy", "batch", "window", "queue",
+                 "codec"}
+
+
+def check_report(driver, job: RunningJob, out: Path) -> None:
+    code = job.wait(180)
+    assert code == 0, f"the job exited {code}"
+    report = job.run_dir / "report.html"
+    assert report.exists(), "no report.html in the run directory"
+    driver.get(report.as_uri())
+    points = wait_for("the report's charts", lambda: driver.execute_script(
+        "const c = window.hetpsCharts || {}; const out = {};"
+        "for (const k of Object.keys(c)) out[k] = c[k].points();"
+        "return out;"), 10)
+    print("report charts", points)
+    assert set(points) == REPORT_CHARTS, points
+    # Three epochs: an evaluation after each; about one status sample a
+    # second for the rest.
+    assert points["auc"] >= 3, points
+    assert min(points[k] for k in REPORT_CHARTS - {"auc"}) >= 5, points
+    auc = driver.execute_script(
+        "return window.hetpsCharts.auc.data[1];")
+    assert all(0.5 < a < 1 for a in auc), auc
+    summary = driver.find_element("id", "summary").text
+    assert "test AUC 0.7" in summary, summary
+    config = driver.find_element("id", "config").text
+    assert "mode: semi_async" in config and "train.epochs=3" in config, config
+    shot = out / "report.png"
+    driver.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10000, "screenshot too small"
+    print("screenshot", shot)
 
 
 def main() -> None:
@@ -82,6 +116,7 @@ def main() -> None:
         assert shot.stat().st_size > 10000, "screenshot too small"
         assert job.running(), "the job ended before the checks: too short"
         print("screenshot", shot)
+        check_report(driver, job, out)
         print("PASS")
     finally:
         if driver is not None:
