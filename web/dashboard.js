@@ -10,6 +10,12 @@ const KEEP = 3600;  // points per series: an hour at one per second
 
 // name → {title, unit, series(status) → {label: value}}
 const CHARTS = [
+  { name: "auc", title: "Test AUC (rank 0's latest evaluation)",
+    series: s => {
+      const w = s.workers.find(w => w.rank === 0);
+      return w && w.progress.test_auc_at_s > 0 ?
+        { "test AUC": w.progress.test_auc } : {};
+    } },
   { name: "throughput", title: "Samples/s per worker",
     series: s => perWorker(s, w => w.progress.samples_per_s) },
   { name: "busy", title: "Busy fraction per worker",

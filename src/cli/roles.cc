@@ -243,10 +243,17 @@ void PrintProgressLine(const rpc::StatusResponse& status, double elapsed_s) {
   const std::string eta =
       done > 0.02 ? absl::StrFormat("%.0f s", elapsed_s * (1 - done) / done)
                   : std::string("?");
-  std::printf("\r[%s%s] %3.0f%%  %5.1f s  ETA %s  %.0f samples/s  window %d   ",
-              std::string(filled, '#').c_str(),
-              std::string(kWidth - filled, '.').c_str(), 100 * done, elapsed_s,
-              eta.c_str(), samples_per_s, st->window());
+  std::string auc;
+  for (const rpc::WorkerStatus& w : st->workers()) {
+    if (w.rank() == 0 && w.progress().test_auc_at_s() > 0) {
+      auc = absl::StrFormat("  AUC %.4f", w.progress().test_auc());
+    }
+  }
+  std::printf(
+      "\r[%s%s] %3.0f%%  %5.1f s  ETA %s  %.0f samples/s%s  window %d   ",
+      std::string(filled, '#').c_str(),
+      std::string(kWidth - filled, '.').c_str(), 100 * done, elapsed_s,
+      eta.c_str(), samples_per_s, auc.c_str(), st->window());
   std::fflush(stdout);
 }
 

@@ -132,6 +132,13 @@ void AddJobFamilies(const rpc::StatusResponse& status, MetricFamilies& out) {
           status.window());
   b.Gauge("hetps_job_elapsed_seconds", "Time since the coordinator started",
           status.elapsed_s());
+  for (const rpc::WorkerStatus& w : status.workers()) {
+    if (w.rank() == 0 && w.progress().test_auc_at_s() > 0) {
+      b.Gauge("hetps_test_auc",
+              "Test AUC of rank 0's latest evaluation (train.eval_every_s)",
+              w.progress().test_auc());
+    }
+  }
   b.Gauge("hetps_data_chunks_given", "Data chunks handed out so far",
           static_cast<double>(status.chunks_given()));
   b.Gauge("hetps_data_chunks", "Data chunks the job hands out in all",

@@ -23,6 +23,12 @@ absl::Status PeriodicEvaluator::Start() {
   return absl::OkStatus();
 }
 
+std::optional<EvalPoint> PeriodicEvaluator::Latest() {
+  absl::MutexLock lock(&mu_);
+  if (points_.empty()) return std::nullopt;
+  return points_.back();
+}
+
 std::vector<EvalPoint> PeriodicEvaluator::Stop() {
   {
     absl::MutexLock lock(&mu_);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -31,6 +32,8 @@ class PeriodicEvaluator {
   absl::Status Start();
   // Stops the thread; returns the evaluations made.
   std::vector<EvalPoint> Stop();
+  // The latest evaluation so far, if any (any thread).
+  std::optional<EvalPoint> Latest();
 
  private:
   void Run();

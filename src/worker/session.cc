@@ -347,6 +347,16 @@ rpc::WorkerProgress WorkerSession::Progress() const {
   p.set_sent_bytes(codec_->sent_bytes());
   p.set_codec(codec_->codec());
   p.set_codec_reason(codec_->reason());
+  std::optional<EvalPoint> eval;
+  if (!report_.evals.empty()) eval = report_.evals.back();
+  if (eval_source_) {
+    std::optional<EvalPoint> periodic = eval_source_();
+    if (periodic && (!eval || periodic->at_s > eval->at_s)) eval = periodic;
+  }
+  if (eval) {
+    p.set_test_auc(eval->auc);
+    p.set_test_auc_at_s(eval->at_s);
+  }
   return p;
 }
 

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -150,6 +151,11 @@ class WorkerSession {
   // The evaluations and the final model's numbers (rank 0), for the report.
   void AddEval(const EvalPoint& point);
   void SetFinalEval(double auc, double logloss);
+  // Where evaluations made on another thread show up while training (rank
+  // 0's PeriodicEvaluator): the latest one goes into the heartbeat.
+  void SetEvalSource(std::function<std::optional<EvalPoint>()> latest) {
+    eval_source_ = std::move(latest);
+  }
   // Malformed records met outside the train split (the test split).
   void AddMalformed(uint64_t records);
 
@@ -200,6 +206,7 @@ class WorkerSession {
   absl::Time start_;
   absl::Time last_log_;
 
+  std::function<std::optional<EvalPoint>()> eval_source_;
   TrainReport report_;
   bool have_chunk_ = false;
   bool finished_ = false;

@@ -66,6 +66,7 @@ absl::Status Trainer::Start() {
     periodic_ = std::make_unique<PeriodicEvaluator>(config_, *model_, clock_,
                                                     session_->start());
     if (auto s = periodic_->Start(); !s.ok()) return s;
+    session_->SetEvalSource([p = periodic_.get()] { return p->Latest(); });
   }
   return absl::OkStatus();
 }

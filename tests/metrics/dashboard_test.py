@@ -16,7 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from running_job import RunningJob, wait_for  # noqa: E402
 
-CHARTS = ["throughput", "busy", "batch", "window", "queue", "progress"]
+CHARTS = ["auc", "throughput", "busy", "batch", "window", "queue",
+          "progress"]
 
 
 def browser():
@@ -100,6 +101,14 @@ def main() -> None:
             lambda: (lambda t: t if len(t) > len(first) + 2 and
                      len({round(v or 0, 3) for v in t}) > 1 else None)(
                 throughput()), 30)
+        # Rank 0 evaluates every 2 s (main-job.yaml): the AUC chart has a
+        # series with values in (0.5, 1).
+        aucs = wait_for("test AUC points", lambda: driver.execute_script(
+            "const c = window.hetpsCharts.auc;"
+            "const i = c.labels.indexOf('test AUC');"
+            "return i < 0 ? null : c.data[i + 1].filter(v => v !== null);"),
+            30)
+        assert all(0.5 < a < 1 for a in aucs), aucs
         print("charts", points())
         print("worker 0 samples/s", [round(v or 0) for v in later[-5:]])
         labels = driver.execute_script(

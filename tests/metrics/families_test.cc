@@ -29,6 +29,10 @@ rpc::StatusResponse TwoWorkersOneServer() {
     w->mutable_progress()->set_batch_size(r == 0 ? 96 : 32);
     w->mutable_progress()->set_samples(12345);
     w->mutable_progress()->set_codec(r == 0 ? "int8" : "");
+    if (r == 0) {
+      w->mutable_progress()->set_test_auc(0.79);
+      w->mutable_progress()->set_test_auc_at_s(4.0);
+    }
   }
   rpc::ServerStatus* s = status.add_servers();
   s->set_rank(1);
@@ -55,6 +59,7 @@ TEST(MetricsTest, JobSeriesCarryTheStatusWithWorkerLabels) {
   EXPECT_THAT(text, HasSubstr("# TYPE hetps_window gauge\nhetps_window 7\n"));
   EXPECT_THAT(text, HasSubstr("hetps_data_chunks_given 3\n"));
   EXPECT_THAT(text, HasSubstr("hetps_data_chunks 12\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_test_auc 0.79\n"));
   EXPECT_THAT(text, HasSubstr(
       "hetps_worker_samples_per_second{worker=\"0\"} 4000\n"));
   EXPECT_THAT(text, HasSubstr(
