@@ -279,23 +279,40 @@ TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSyncFinishes) {
 // is one-sided: semi_async may not end more than 0.01 below sync. (Vocab
 // 100 is left to the benchmark matrix: its hot rows make single runs of
 // every mode spread by 0.02-0.03, docs/BENCHMARKS.md §5b.)
+// Generated Criteo-format data in `dir`.
+std::string GeneratedCriteo(const TempDir& dir, uint64_t samples,
+                            uint32_t vocab, uint64_t seed) {
+  CriteoGenConfig gen;
+  gen.samples = samples;
+  gen.vocab = vocab;
+  gen.seed = seed;
+  const std::string data = dir.path() + "/criteo.tsv";
+  EXPECT_TRUE(GenerateCriteo(gen, data).ok());
+  return data;
+}
+
+// The reference cluster of bench/hetero (3 fast workers, 7 slow ones, 3
+// servers) at `fast` / `slow` samples/s, FM on `data`, 1 epoch.
+testing::LaunchedJob ReferenceClusterOnCriteo(
+    const TempDir& dir, const std::string& data, const std::string& mode,
+    const std::string& plan, int fast, int slow, double learning_rate) {
+  return testing::LaunchJob(
+      dir, testing::SourcePath("bench/hetero/reference.yaml"),
+      {absl::StrCat("mode=", mode), absl::StrCat("planner.batch_plan=", plan),
+       absl::StrCat("device_profiles=[{ranks: [0, 1, 2], throughput: ", fast,
+                    "}, {ranks: [3, 4, 5, 6, 7, 8, 9], throughput: ", slow,
+                    "}]"),
+       "train.model=fm", "train.data.format=criteo",
+       absl::StrCat("train.data.path=", data),
+       absl::StrCat("train.optimizer.learning_rate=", learning_rate)});
+}
+
 TEST(HeteroClusterTest, SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo) {
   TempDir dir;
-  CriteoGenConfig gen;
-  gen.samples = 150000;
-  gen.vocab = 1000;
-  gen.seed = 5;
-  const std::string data = dir.path() + "/criteo.tsv";
-  ASSERT_TRUE(GenerateCriteo(gen, data).ok());
+  const std::string data = GeneratedCriteo(dir, 150000, 1000, 5);
   auto run = [&](const std::string& mode) {
-    return testing::LaunchJob(
-        dir, testing::SourcePath("bench/hetero/reference.yaml"),
-        {absl::StrCat("mode=", mode), "planner.batch_plan=proportional",
-         "device_profiles=[{ranks: [0, 1, 2], throughput: 2000}, "
-         "{ranks: [3, 4, 5, 6, 7, 8, 9], throughput: 600}]",
-         "train.model=fm", "train.data.format=criteo",
-         absl::StrCat("train.data.path=", data),
-         "train.optimizer.learning_rate=0.05"});
+    return ReferenceClusterOnCriteo(dir, data, mode, "proportional", 2000, 600,
+                                    0.05);
   };
   const testing::LaunchedJob sync = run("sync");
   ASSERT_EQ(sync.result.exit_code, 0) << sync.result.output;
@@ -332,22 +349,9 @@ TEST(HeteroClusterTest, SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo) {
 // 0.7553 (docs/BENCHMARKS.md §5c).
 TEST(HeteroClusterTest, SemiAsyncWarmsUpPastTheHotRowPlateau) {
   TempDir dir;
-  CriteoGenConfig gen;
-  gen.samples = 300000;
-  gen.vocab = 100;
-  gen.seed = 3;
-  const std::string data = dir.path() + "/criteo.tsv";
-  ASSERT_TRUE(GenerateCriteo(gen, data).ok());
+  const std::string data = GeneratedCriteo(dir, 300000, 100, 3);
   auto run = [&](const std::string& mode, const std::string& plan) {
-    return testing::LaunchJob(
-        dir, testing::SourcePath("bench/hetero/reference.yaml"),
-        {absl::StrCat("mode=", mode),
-         absl::StrCat("planner.batch_plan=", plan),
-         "device_profiles=[{ranks: [0, 1, 2], throughput: 4000}, "
-         "{ranks: [3, 4, 5, 6, 7, 8, 9], throughput: 1200}]",
-         "train.model=fm", "train.data.format=criteo",
-         absl::StrCat("train.data.path=", data),
-         "train.optimizer.learning_rate=0.025"});
+    return ReferenceClusterOnCriteo(dir, data, mode, plan, 4000, 1200, 0.025);
   };
   const testing::LaunchedJob sync = run("sync", "fixed");
   ASSERT_EQ(sync.result.exit_code, 0) << sync.result.output;
