@@ -757,13 +757,17 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
         w.last_heartbeat_age_s(), w.left_reason().c_str());
   }
   for (const auto& s : j["servers"]) {
+    const std::string metrics = s.value("metrics_endpoint", "");
     std::printf(
-        "server %d  %s  %s  applies %llu  queue %llu  cpu %.0f%%  rows %s\n",
+        "server %d  %s  %s  applies %llu  queue %llu  cpu %.0f%%  rows %s%s\n",
         s["rank"].get<int>(), s["endpoint"].get<std::string>().c_str(),
         s["reachable"].get<bool>() ? "up" : "DOWN",
         static_cast<unsigned long long>(s["applied_rounds"].get<uint64_t>()),
         static_cast<unsigned long long>(s["queue_length"].get<uint64_t>()),
-        100 * s["cpu_fraction"].get<double>(), s["table_rows"].dump().c_str());
+        100 * s["cpu_fraction"].get<double>(), s["table_rows"].dump().c_str(),
+        metrics.empty() ? ""
+                        : absl::StrCat("  metrics http://", metrics, "/metrics")
+                              .c_str());
   }
   for (const std::string& change : status->window_changes()) {
     std::printf("window change: %s\n", change.c_str());

@@ -419,8 +419,14 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
     EXPECT_GT(s["table_rows"]["lr_emb"].get<uint64_t>(), 0u);
     EXPECT_GE(s["cpu_fraction"].get<double>(), 0.0);
     EXPECT_EQ(s["bound_violations"], 0);
+    // Where its Prometheus metrics are (docs/OPERATING.md), with the pull
+    // and push latencies recorded so far.
+    EXPECT_THAT(s["metrics_endpoint"].get<std::string>(),
+                ::testing::StartsWith("127.0.0.1:"));
+    EXPECT_GT(s["pull_latency"]["counts"].size(), 1u);
   }
   EXPECT_THAT(text.output, HasSubstr("[status]"));
+  EXPECT_THAT(text.output, HasSubstr("metrics http://127.0.0.1:"));
   EXPECT_THAT(text.output, HasSubstr("window 8"));
   EXPECT_THAT(text.output, HasSubstr("(emulated)"));
   // launch printed its live status line while the job ran.
