@@ -472,7 +472,7 @@ rpc::ServerStatus ServerStatusOf(const rpc::TableInfoResponse& info,
   return status;
 }
 
-rpc::StatusResponse Coordinator::Status() {
+rpc::StatusResponse Coordinator::Status(bool ask_servers) {
   rpc::StatusResponse status;
   rpc::StatusResponse* response = &status;
   {
@@ -504,6 +504,7 @@ rpc::StatusResponse Coordinator::Status() {
       *ws->mutable_progress() = progress_[r];
     }
   }
+  if (!ask_servers) return status;
   // Ask every server for its tables and queue, outside the lock.
   const std::vector<KnownServer> servers = Servers();
   const auto infos = PollServers(servers);

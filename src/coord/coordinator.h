@@ -91,8 +91,8 @@ class Coordinator final : public rpc::Coordinator::Service {
   void RestoreProgress(const rpc::JobProgress& progress);
   // What GetStatus answers: the job's window and data, every worker's
   // latest progress and every server's tables, queue and latencies (asked
-  // from the servers now).
-  rpc::StatusResponse Status();
+  // from the servers now; without `ask_servers`, the job's part only).
+  rpc::StatusResponse Status(bool ask_servers = true);
 
   grpc::Status Register(grpc::ServerContext* context,
                         const rpc::RegisterRequest* request,

@@ -87,7 +87,10 @@ absl::Status ServerNode::StartMetrics(const JobConfig& config,
   routes["/metrics"] = [ps, coordinator, self] {
     MetricFamilies families;
     AddServerFamilies(ServerStatusOf(ps->Info(), self), families);
-    if (coordinator != nullptr) AddJobFamilies(coordinator->Status(), families);
+    // The job's series only: every server exports its own.
+    if (coordinator != nullptr) {
+      AddJobFamilies(coordinator->Status(/*ask_servers=*/false), families);
+    }
     return HttpReply{.content_type = "text/plain; version=0.0.4",
                      .body = Exposition(families)};
   };
