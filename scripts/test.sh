@@ -30,7 +30,7 @@ quality+='|OneAndFourSyncWorkersReachTheSameAuc'
 quality+='|SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo'
 quality+='|SemiAsyncWarmsUpPastTheHotRowPlateau'
 # (and the adaptive codec's choice, which follows compute time)
-quality+='|MainJobOnSixHostsWithA20MbitWorker'
+quality+='|MainJobOnSixHostsWithA10MbitWorker'
 quality+='|MainJobIsQuietAndKeepsItsRunDirectory'
 (cd build-asan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
 # ThreadSanitizer: Debian's abseil and gRPC are not built with it, so

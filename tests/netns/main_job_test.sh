@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # issue 15: the main job (DeepFM on MovieLens, 1 epoch) with 2 servers and 4
 # workers, each on a test host of its own (hosts.sh), worker 3 behind a
-# real 20 Mbit/s link (tc tbf both ways), compress.codec adaptive. Passes
+# real 10 Mbit/s link (tc tbf both ways), compress.codec adaptive. Passes
 # when every role exits cleanly, rank 0's final test AUC meets the loopback
 # bar (0.785, TrainingTest.MovieLensDeepFmReachesTheAucBarInOneEpoch) and
 # the job's status shows worker 3's pushes compressed clearly harder than
@@ -16,10 +16,13 @@ source "$(dirname "$0")/job.sh"
 job_setup
 
 hosts_up "$run" s0 s1 w0 w1 w2 w3
-hosts_limit "$run" w3 20mbit
+hosts_limit "$run" w3 10mbit
 # Every worker computes a batch of 64 in ~11 ms (an emulated device at
 # 6000 samples/s): a push's ~9 KB take ~0.5 ms on a veth link, within the
-# adaptive budget (a quarter of the compute), and ~4 ms at 20 Mbit/s, over it.
+# adaptive budget (a quarter of the compute), and ~7.5 ms at 10 Mbit/s, well
+# over it. (At 20 Mbit/s, ~4 ms, the push sat near the budget: on CI's loaded
+# machine the compute stretched, the budget with it, and worker 3 compressed
+# only 1.35x.)
 config=(--config "$root/examples/movielens.yaml"
   --set train.epochs=1 --set compress.codec=adaptive
   --set "device_profiles=[{ranks: [0, 1, 2, 3], throughput: 6000}]"
@@ -42,14 +45,14 @@ print("test AUC %.4f; raw/sent per worker: %s" % (auc, ratio))
 if auc < 0.785:
     sys.exit("FAIL: test AUC %.4f below the loopback bar 0.785" % auc)
 # The narrow link is compressed harder over the run: its bytes shrink at
-# least 1.4 times as much as any other workers (measured alone: 1.65-1.83
-# against <= 1.05; on a loaded machine the other pushes slow down too and
-# some go fp16: 2.39 against <= 1.03). Its codec of the moment is not
+# least 1.4 times as much as any other workers (measured at 10 Mbit/s:
+# alone 1.86 against <= 1.01; beside three busy loops 2.95, some int8,
+# against <= 1.03). Its codec of the moment is not
 # compared: its transfer sits near the budget, so single pushes may still
 # go out as fp32.
 others = max(r for rank, (r, _) in ratio.items() if rank != 3)
 if not ratio[3][0] >= 1.4 * others:
-    sys.exit("FAIL: worker 3 (20 Mbit/s) on %s, raw/sent %.2f, the others "
+    sys.exit("FAIL: worker 3 (10 Mbit/s) on %s, raw/sent %.2f, the others "
              "up to %.2f" % (ratio[3][1], ratio[3][0], others))
 ' "$out/status.json"
 echo "PASS"
