@@ -611,6 +611,10 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       summary["finished_chunks"] = final_status->finished_chunks();
       summary["finished_samples"] = final_status->finished_samples();
       summary["requeued_chunks"] = final_status->requeued_chunks();
+      summary["diagnostics"] = nlohmann::json::array();
+      for (const rpc::Diagnostic& d : final_status->diagnostics()) {
+        summary["diagnostics"].push_back(ProtoToJson(d));
+      }
     }
     summary["emulated"] = !config.device_profiles.empty();
     summary["malformed_records"] = malformed;
@@ -650,6 +654,20 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     }
     std::printf("   per worker: batch %s, busy %s; window %d\n",
                 batches.c_str(), busy.c_str(), final_status->window());
+  }
+  // The diagnostics raised during the run (all in summary.json).
+  if (final_status.ok()) {
+    constexpr int kShown = 3;
+    const auto& diagnostics = final_status->diagnostics();
+    for (int i = 0; i < std::min(kShown, diagnostics.size()); ++i) {
+      std::printf("   warning: %s: %s %s\n", diagnostics[i].subject().c_str(),
+                  diagnostics[i].kind().c_str(),
+                  diagnostics[i].message().c_str());
+    }
+    if (diagnostics.size() > kShown) {
+      std::printf("   (%d more warnings in summary.json)\n",
+                  diagnostics.size() - kShown);
+    }
   }
   absl::StatusOr<std::string> config_file = ReadFile(options.config_path);
   std::string config_text = config_file.ok() ? *config_file : "";
@@ -771,6 +789,11 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
   }
   for (const std::string& change : status->window_changes()) {
     std::printf("window change: %s\n", change.c_str());
+  }
+  for (const rpc::Diagnostic& d : status->diagnostics()) {
+    std::printf("warning: %s: %s %s (%.0f-%.0f s%s)\n", d.subject().c_str(),
+                d.kind().c_str(), d.message().c_str(), d.first_s(),
+                d.last_s(), d.active() ? ", still holds" : "");
   }
   return kExitOk;
 }

@@ -200,6 +200,8 @@ grpc::Status Coordinator::Heartbeat(grpc::ServerContext*,
     if (grpc::Status s = CheckRank(rank); !s.ok()) return s;
     membership_.Heartbeat(rank, clock_.Now());
     progress_[rank] = request->progress();
+    diagnostics_.Reported(rank, progress_[rank],
+                          absl::ToDoubleSeconds(clock_.Now() - started_));
     const WorkerPlan& plan = planner_.plan()[rank];
     rpc::BatchPlan* out = response->mutable_plan();
     out->set_version(planner_.version());
@@ -333,26 +335,25 @@ std::vector<std::optional<rpc::TableInfoResponse>> Coordinator::PollServers(
 }
 
 void Coordinator::Control() {
-  const bool adapt = config_.mode == ConsistencyMode::kSemiAsync &&
-                     config_.semi_async.adapt_window;
-  const absl::Duration adapt_every =
-      absl::Seconds(config_.semi_async.adapt_every_s);
-  const absl::Duration period = std::min(adapt_every, absl::Seconds(1));
-  absl::Time last_adapt = clock_.Now();
+  const absl::Duration every = absl::Seconds(config_.semi_async.adapt_every_s);
+  const absl::Duration replan_every = std::min(every, absl::Seconds(1));
+  absl::Time last_period = clock_.Now();
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    clock_.WaitUntil(changed_, mu_, clock_.Now() + period);
+    clock_.WaitUntil(changed_, mu_, clock_.Now() + replan_every);
     if (stopping_) break;
     Replan();
-    if (!adapt || clock_.Now() - last_adapt < adapt_every) continue;
-    last_adapt = clock_.Now();
+    if (clock_.Now() - last_period < every) continue;
+    last_period = clock_.Now();
     mu_.Unlock();
-    AdaptWindow();
+    ControlPeriod();
     mu_.Lock();
   }
 }
 
-void Coordinator::AdaptWindow() {
+void Coordinator::ControlPeriod() {
+  const bool semi_async = config_.mode == ConsistencyMode::kSemiAsync;
+  const bool adapt = semi_async && config_.semi_async.adapt_window;
   const auto infos = PollServers(Servers());
   const WindowSignals total = SumSignals(infos);
   WindowSignals period = SignalsSince(total, last_signals_);
@@ -368,6 +369,46 @@ void Coordinator::AdaptWindow() {
     for (const auto& [w, st] : LatestStaleness(infos)) {
       if (w < staleness_.size()) staleness_[w] = st;
     }
+    DiagnosticsPeriod view;
+    view.now_s = absl::ToDoubleSeconds(clock_.Now() - started_);
+    view.window = window_.window();
+    if (semi_async) {
+      view.window_verdict = JudgeWindow(period);
+      if (view.window_verdict) {
+        const bool grow = view.window_verdict->grow;
+        view.window_can_move =
+            adapt &&
+            (grow ? view.window <
+                        static_cast<uint32_t>(config_.semi_async.window_max)
+                  : view.window >
+                        static_cast<uint32_t>(config_.semi_async.window_min));
+      }
+    }
+    for (const auto& info : infos) {
+      if (!info) {
+        view.servers.emplace_back();
+        continue;
+      }
+      view.servers.push_back(
+          DiagnosticsPeriod::Server{.cpu_s = info->stats().cpu_s(),
+                                    .cpus = info->stats().allowed_cpus()});
+    }
+    for (uint32_t r = 0; r < progress_.size(); ++r) {
+      const DeviceProfileConfig* profile = config_.ProfileOf(r);
+      view.workers.push_back(DiagnosticsPeriod::Worker{
+          .rank = r,
+          .live = membership_.live(r),
+          .expected_samples_per_s = profile ? profile->throughput : 0.0,
+          .progress = progress_[r]});
+    }
+    const size_t before = diagnostics_.List().size();
+    diagnostics_.Observe(view);
+    const std::vector<rpc::Diagnostic> now = diagnostics_.List();
+    for (size_t i = before; i < now.size(); ++i) {
+      spdlog::warn("diagnostic {} ({}): {}", now[i].kind(), now[i].subject(),
+                   now[i].message());
+    }
+    if (!adapt) return;
     change = window_.Adjust(period);
     if (!change) return;
     const std::string line =
@@ -490,6 +531,9 @@ rpc::StatusResponse Coordinator::Status(bool ask_servers) {
     response->set_chunks_total(chunks_.total());
     response->set_finished_samples(chunks_.finished_samples());
     response->set_requeued_chunks(chunks_.requeued());
+    for (rpc::Diagnostic& d : diagnostics_.List()) {
+      *response->add_diagnostics() = std::move(d);
+    }
     for (uint32_t r = 0; r < progress_.size(); ++r) {
       rpc::WorkerStatus* ws = response->add_workers();
       ws->set_rank(r);

@@ -16,14 +16,14 @@
 //    the queue.
 //  - Barrier: blocks until every live worker reached the named barrier.
 //  - NextChunk: ChunkQueue::Next.
-//  - Control (semi_async and planned batches): a thread re-plans batches
-//    from the throughputs the workers report and, every
-//    semi_async.adapt_every_s, reads the servers' queue statistics and lets
-//    the WindowController adjust the window (sent with the live set);
-//    workers get their plan and the window in heartbeat replies.
+//  - Control: a thread re-plans batches from the throughputs the workers
+//    report and, every semi_async.adapt_every_s, reads the servers'
+//    statistics, lets the WindowController adjust the window (semi_async;
+//    sent with the live set) and the Diagnostics judge the period (every
+//    mode); workers get their plan and the window in heartbeat replies.
 //  - GetStatus: each worker's latest progress with its liveness, staleness
 //    and chunks; each server's tables and aggregator statistics; the window
-//    and its changes.
+//    and its changes, and the diagnostics' warnings.
 //
 // Time comes from a Clock, the servers are reached through
 // ParameterServerStubs: tests drive both.
@@ -49,6 +49,7 @@
 #include "common/clock.h"
 #include "coord/batch_planner.h"
 #include "coord/chunk_queue.h"
+#include "coord/diagnostics.h"
 #include "coord/membership.h"
 #include "coord/window_controller.h"
 #include "hetps.grpc.pb.h"
@@ -132,8 +133,9 @@ class Coordinator final : public rpc::Coordinator::Service {
   void BroadcastMembership() ABSL_LOCKS_EXCLUDED(mu_);
   void WatchLiveness();
   void Control();
-  // One window adaptation from the servers' statistics (outside mu_).
-  void AdaptWindow() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every semi_async.adapt_every_s: reads the servers' statistics, adapts
+  // the window (semi_async) and runs the diagnostics (outside mu_).
+  void ControlPeriod() ABSL_LOCKS_EXCLUDED(mu_);
   // A server as known now: its stub is null until it registered (a
   // rendezvous job); stubs stay alive while a copy is in use.
   struct KnownServer {
@@ -173,6 +175,7 @@ class Coordinator final : public rpc::Coordinator::Service {
   WindowController window_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> window_changes_ ABSL_GUARDED_BY(mu_);
   BatchPlanner planner_ ABSL_GUARDED_BY(mu_);
+  Diagnostics diagnostics_ ABSL_GUARDED_BY(mu_);
   WindowSignals last_signals_;  // control thread only: counters last seen
 
   absl::Mutex broadcast_mu_;  // serialises broadcasts: epochs arrive in order

@@ -99,35 +99,48 @@ WindowController::WindowController(const SemiAsyncConfig& config,
                                    uint32_t initial)
     : config_(config), window_(Clamp(config, initial)) {}
 
-std::optional<WindowChange> WindowController::Adjust(
-    const WindowSignals& period) {
+std::optional<WindowVerdict> JudgeWindow(const WindowSignals& period) {
   if (period.pushes < kMinPushesPerPeriod) return std::nullopt;
   const double waits =
       period.worker_s > 0 ? period.ssp_wait_s / period.worker_s : 0.0;
   const double empty = Share(period.pushes_into_empty, period.pushes);
   const double by_time = Share(period.applies_by_time, period.applies);
-  uint32_t next = window_;
-  std::string reason;
-  if (waits > kSspWaitTimeShare || empty > kEmptyShare) {
-    next = Clamp(config_, std::max(window_ * 1.5, window_ + 1.0));
-    reason = waits > kSspWaitTimeShare
-                 ? absl::StrFormat(
-                       "too small: workers spent %.0f%% of their time held "
-                       "at the staleness bound (%d of %d pulls waited)",
-                       100 * waits, period.ssp_waits, period.pulls)
-                 : absl::StrFormat(
-                       "too small: the queue was empty at %.0f%% of pushes "
-                       "(%d of %d)",
-                       100 * empty, period.pushes_into_empty, period.pushes);
-  } else if (by_time > kTimeBoundShare) {
-    next = Clamp(config_, std::min(window_ * 0.75, window_ - 1.0));
-    reason = absl::StrFormat(
-        "too large: the queue kept growing until the time bound applied it "
-        "in %.0f%% of applies (%d of %d)",
-        100 * by_time, period.applies_by_time, period.applies);
+  if (waits > kSspWaitTimeShare) {
+    return WindowVerdict{
+        .grow = true,
+        .reason = absl::StrFormat(
+            "too small: workers spent %.0f%% of their time held at the "
+            "staleness bound (%d of %d pulls waited)",
+            100 * waits, period.ssp_waits, period.pulls)};
   }
+  if (empty > kEmptyShare) {
+    return WindowVerdict{
+        .grow = true,
+        .reason = absl::StrFormat(
+            "too small: the queue was empty at %.0f%% of pushes (%d of %d)",
+            100 * empty, period.pushes_into_empty, period.pushes)};
+  }
+  if (by_time > kTimeBoundShare) {
+    return WindowVerdict{
+        .grow = false,
+        .reason = absl::StrFormat(
+            "too large: the queue kept growing until the time bound applied "
+            "it in %.0f%% of applies (%d of %d)",
+            100 * by_time, period.applies_by_time, period.applies)};
+  }
+  return std::nullopt;
+}
+
+std::optional<WindowChange> WindowController::Adjust(
+    const WindowSignals& period) {
+  std::optional<WindowVerdict> verdict = JudgeWindow(period);
+  if (!verdict) return std::nullopt;
+  const uint32_t next =
+      verdict->grow ? Clamp(config_, std::max(window_ * 1.5, window_ + 1.0))
+                    : Clamp(config_, std::min(window_ * 0.75, window_ - 1.0));
   if (next == window_) return std::nullopt;
-  WindowChange change{.from = window_, .to = next, .reason = reason};
+  WindowChange change{
+      .from = window_, .to = next, .reason = std::move(verdict->reason)};
   window_ = next;
   return change;
 }

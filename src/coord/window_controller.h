@@ -48,6 +48,17 @@ struct WindowSignals {
   uint64_t applies_by_time = 0;
 };
 
+// What the rules say about one period: the window should grow (or
+// shrink), and why ("too small: ...", "too large: ...").
+struct WindowVerdict {
+  bool grow = false;
+  std::string reason;
+};
+
+// The rules above on `period`; nullopt: keep the window (or too few pushes
+// to say). The diagnostics (diagnostics.h) use the same judgement.
+std::optional<WindowVerdict> JudgeWindow(const WindowSignals& period);
+
 struct WindowChange {
   uint32_t from = 0;
   uint32_t to = 0;

@@ -165,6 +165,10 @@ absl::StatusOr<size_t> WorkerSession::NextBatch(Batch* batch) {
         if (auto s = device_->CheckMemory(*n); !s.ok()) return s;
         chunk_samples_ += *n;
         batch_samples_ = *n;
+        report_.positives += static_cast<uint64_t>(std::count_if(
+            batch->labels.begin(), batch->labels.end(),
+            [](float label) { return label >= 0.5f; }));
+        report_.feature_keys += batch->keys.size();
         unpaced_samples_ += *n;
         absl::MutexLock lock(&wait_mu_);
         segment_began_ = clock_.Now();
@@ -347,6 +351,9 @@ rpc::WorkerProgress WorkerSession::Progress() const {
   p.set_sent_bytes(codec_->sent_bytes());
   p.set_codec(codec_->codec());
   p.set_codec_reason(codec_->reason());
+  p.set_positives(report_.positives);
+  p.set_feature_keys(report_.feature_keys);
+  for (const std::string& w : report_.warnings) p.add_warnings(w);
   std::optional<EvalPoint> eval;
   if (!report_.evals.empty()) eval = report_.evals.back();
   if (eval_source_) {
@@ -432,6 +439,8 @@ std::string ReportToJson(const TrainReport& report) {
                       {"loss_curve", report.loss_curve},
                       {"warnings", report.warnings},
                       {"samples", report.samples},
+                      {"positives", report.positives},
+                      {"feature_keys", report.feature_keys},
                       {"train_s", report.train_s},
                       {"samples_per_s", report.samples_per_s},
                       {"last_loss", report.last_loss},

@@ -70,6 +70,8 @@ struct TrainReport {
   uint32_t rank = 0;
   uint64_t steps = 0;
   uint64_t samples = 0;
+  uint64_t positives = 0;     // samples labelled positive
+  uint64_t feature_keys = 0;  // keys summed over samples
   double train_s = 0;        // training loop only
   double samples_per_s = 0;  // samples / train_s
   double last_loss = 0;      // mean loss of the last 50 batches

@@ -2,6 +2,7 @@
 // each job a `hetps launch` of real processes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -159,6 +160,13 @@ TEST(TrainingTest, OverCompressionIsFlagged) {
   ASSERT_EQ(harsh.result.exit_code, 0) << harsh.result.output;
   EXPECT_THAT(harsh.result.output, HasSubstr("over-compression: loss"));
   ASSERT_FALSE(harsh.summary["warnings"].empty());
+  // The coordinator's diagnostics carry it too (status, dashboard).
+  const nlohmann::json& diagnostics = harsh.summary["diagnostics"];
+  EXPECT_TRUE(std::any_of(diagnostics.begin(), diagnostics.end(),
+                          [](const nlohmann::json& d) {
+                            return d["kind"] == "over_compression";
+                          }))
+      << diagnostics;
 }
 
 std::string CriteoJob(const std::string& path) {
