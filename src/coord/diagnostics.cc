@@ -11,6 +11,8 @@ namespace hetps {
 namespace {
 
 constexpr double kSaturatedCpuShare = 0.9;
+constexpr double kThrottledShare = 0.5;
+constexpr uint64_t kMinQuotaPeriods = 5;
 constexpr double kSlowShare = 0.5;
 constexpr double kLabelRateGap = 0.1;
 constexpr double kFeatureGap = 0.1;
@@ -66,27 +68,37 @@ void Diagnostics::Observe(const DiagnosticsPeriod& p) {
   const double dt = last_now_s_ < 0 ? 0 : p.now_s - last_now_s_;
   last_now_s_ = p.now_s;
 
-  // Servers: CPU over the period against the CPUs they may use.
-  last_cpu_s_.resize(std::max(last_cpu_s_.size(), p.servers.size()));
+  // Servers: CPU over the period against the CPUs they may use, and how
+  // often their quota ran out.
+  last_server_.resize(std::max(last_server_.size(), p.servers.size()));
   for (uint32_t s = 0; s < p.servers.size(); ++s) {
-    const auto& server = p.servers[s];
-    if (!server) {
-      last_cpu_s_[s].reset();
+    const std::optional<DiagnosticsPeriod::Server> last = last_server_[s];
+    last_server_[s] = p.servers[s];
+    const auto& now = p.servers[s];
+    // A restarted server counts from zero again: no period to judge.
+    if (!now || !last || dt <= 0 || now->cpus <= 0 ||
+        now->cpu_s < last->cpu_s || now->quota_periods < last->quota_periods) {
       continue;
     }
-    const std::optional<double> last = last_cpu_s_[s];
-    last_cpu_s_[s] = server->cpu_s;
-    if (!last || dt <= 0 || server->cpus <= 0 || server->cpu_s < *last) {
-      continue;
-    }
-    const double share = (server->cpu_s - *last) / (dt * server->cpus);
+    const double share = (now->cpu_s - last->cpu_s) / (dt * now->cpus);
+    const uint64_t periods = now->quota_periods - last->quota_periods;
+    const uint64_t throttled = now->throttled_periods - last->throttled_periods;
+    std::string why;
     if (share >= kSaturatedCpuShare) {
+      why = absl::StrFormat("used %.0f%% of the %.2g CPUs it may use",
+                            100 * share, now->cpus);
+    } else if (periods >= kMinQuotaPeriods &&
+               throttled >= kThrottledShare * static_cast<double>(periods)) {
+      why = absl::StrFormat(
+          "ran out of its CPU quota (%.2g CPUs) in %d of %d scheduler "
+          "periods, using %.0f%% of it",
+          now->cpus, throttled, periods, 100 * share);
+    }
+    if (!why.empty()) {
       Held("server_saturated", Subject("server", s),
-           absl::StrFormat(
-               "used %.0f%% of the %.2g CPUs it may use over the last "
-               "%.1f s: "
-               "add servers or give them more CPUs",
-               100 * share, server->cpus, dt),
+           absl::StrFormat("%s over the last %.1f s: add servers or give "
+                           "them more CPUs",
+                           why, dt),
            p.now_s, kRatePeriods);
     }
   }

@@ -3,8 +3,13 @@
 // mode) and shown in status, the dashboard, /metrics and the launch summary,
 // each with the numbers behind it.
 //
-//   server_saturated  a server used ≥ 90% of the CPUs it may run on (its
-//                     affinity mask) → add servers (or give them CPUs).
+//   server_saturated  a server used ≥ 90% of the CPUs it may use (its
+//                     affinity, lowered to its cgroup's quota), or its
+//                     quota ran out in at least half of the scheduler's
+//                     periods (its requests, and the workers behind them,
+//                     wait out the rest of each throttled period, so it
+//                     seldom uses the whole quota) → add servers, or give
+//                     them CPUs.
 //   window_too_small  semi_async: the WindowController's rule says grow
 //   window_too_large  (queue usually empty / workers held at the bound) or
 //                     shrink (the time bound applies the queue), but the
@@ -55,8 +60,10 @@ struct DiagnosticsPeriod {
   bool window_can_move = true;
   uint32_t window = 0;
   struct Server {
-    double cpu_s = 0;  // cumulative
-    double cpus = 0;   // it may use (affinity, cgroup quota)
+    double cpu_s = 0;                // cumulative
+    double cpus = 0;                 // it may use (affinity, cgroup quota)
+    uint64_t quota_periods = 0;      // cumulative (common/cpu_limit.h)
+    uint64_t throttled_periods = 0;  // cumulative
   };
   std::vector<std::optional<Server>> servers;  // by rank; nullopt: no answer
   struct Worker {
@@ -96,9 +103,9 @@ class Diagnostics {
   std::map<std::pair<std::string, std::string>, Entry> entries_;
   uint64_t raised_ = 0;
   double last_now_s_ = -1;
-  std::vector<std::optional<double>> last_cpu_s_;  // by server
-  std::map<uint32_t, std::deque<double>> rates_;   // by worker, per period
-  std::map<uint32_t, uint64_t> last_step_;         // by worker
+  std::vector<std::optional<DiagnosticsPeriod::Server>> last_server_;
+  std::map<uint32_t, std::deque<double>> rates_;  // by worker, per period
+  std::map<uint32_t, uint64_t> last_step_;        // by worker
 };
 
 }  // namespace hetps

@@ -1,19 +1,11 @@
 #include "server/ps_server.h"
 
-#include <sched.h>
-
-#include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/bytes.h"
+#include "common/cpu_limit.h"
 #include "common/finite.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -23,42 +15,6 @@
 #include "hetps/version.h"
 
 namespace hetps {
-namespace {
-
-// The CPUs this process may use, what the saturation diagnostic measures
-// its CPU time against: those of its affinity mask (`taskset`, a cpuset),
-// lowered to its cgroup's CPU quota where one is set (a container's CPU
-// limit: cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`;
-// the process's own cgroup, not its parents').
-double AllowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  double cpus = sched_getaffinity(0, sizeof(set), &set) == 0
-                    ? CPU_COUNT(&set)
-                    : std::thread::hardware_concurrency();
-  std::ifstream groups("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(groups, line)) {
-    // hierarchy:controllers:path; v2 is "0::path".
-    const std::vector<std::string> f =
-        absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (f.size() != 3) continue;
-    double quota = -1, period = 0;
-    if (f[1].empty()) {
-      std::ifstream max("/sys/fs/cgroup" + f[2] + "/cpu.max");
-      std::string q;
-      if (max >> q >> period && q != "max") quota = std::atof(q.c_str());
-    } else if (absl::StrContains(absl::StrCat(",", f[1], ","), ",cpu,")) {
-      const std::string dir = "/sys/fs/cgroup/" + f[1] + f[2];
-      std::ifstream q(dir + "/cpu.cfs_quota_us"), p(dir + "/cpu.cfs_period_us");
-      if (!(q >> quota && p >> period)) quota = -1;
-    }
-    if (quota > 0 && period > 0) cpus = std::min(cpus, quota / period);
-  }
-  return cpus;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
     const JobConfig& config, uint32_t rank, uint32_t semi_async_window,
@@ -431,7 +387,10 @@ rpc::TableInfoResponse PsServer::Info() const {
   }
   *response.mutable_stats() = aggregator_->Stats();
   response.mutable_stats()->set_cpu_s(ProcessCpuSeconds());
-  response.mutable_stats()->set_allowed_cpus(AllowedCpus());
+  const CpuLimit cpu = ReadCpuLimit();
+  response.mutable_stats()->set_allowed_cpus(cpu.cpus);
+  response.mutable_stats()->set_quota_periods(cpu.periods);
+  response.mutable_stats()->set_throttled_periods(cpu.throttled);
   pull_latency_.ToProto(response.mutable_pull_latency());
   push_latency_.ToProto(response.mutable_push_latency());
   absl::MutexLock lock(&metrics_mu_);

@@ -71,6 +71,30 @@ TEST(DiagnosticsTest, ASaturatedServerIsRaisedAfterTwoPeriodsInARow) {
   EXPECT_EQ(d.List()[0].last_s(), 8);
 }
 
+TEST(DiagnosticsTest, AServerThrottledByItsQuotaIsSaturated) {
+  Diagnostics d;
+  const auto observe = [&](double now_s, uint64_t periods, uint64_t throttled) {
+    DiagnosticsPeriod p = Period(now_s, 2, 0, 0);
+    // A tenth of a CPU, of which it uses a little over half.
+    p.servers.push_back(
+        DiagnosticsPeriod::Server{.cpu_s = 0.06 * now_s,
+                                  .cpus = 0.1,
+                                  .quota_periods = periods,
+                                  .throttled_periods = throttled});
+    d.Observe(p);
+  };
+  observe(0, 0, 0);
+  observe(2, 20, 9);  // 9 of 20: below half
+  observe(4, 40, 19);
+  EXPECT_THAT(d.List(), IsEmpty());
+  observe(6, 60, 29);  // 10 of 20, twice in a row
+  const auto list = d.List();
+  ASSERT_THAT(list, SizeIs(1));
+  EXPECT_THAT(list[0].message(),
+              HasSubstr("ran out of its CPU quota (0.1 CPUs) in 10 of 20 "
+                        "scheduler periods, using 60% of it"));
+}
+
 TEST(DiagnosticsTest, AWindowThatCannotFollowTheRulesIsRaised) {
   Diagnostics d;
   for (int t = 0; t < 2; ++t) {
