@@ -116,6 +116,15 @@ async function poll() {
     const s = await reply.json();
     document.getElementById("title").textContent = "hetps · " + s.mode;
     document.getElementById("summary").textContent = summary(s);
+    // The coordinator's diagnostics (src/coord/diagnostics.h), as raised.
+    document.getElementById("warnings").replaceChildren(
+      ...(s.diagnostics || []).map(d => {
+        const line = document.createElement("div");
+        line.className = d.active ? "warning active" : "warning";
+        line.textContent = `⚠ ${d.subject}: ${d.kind.replace(/_/g, " ")} — ` +
+          `${d.message} (${d.first_s.toFixed(0)}–${d.last_s.toFixed(0)} s)`;
+        return line;
+      }));
     const parent = document.getElementById("charts");
     for (const spec of CHARTS) {
       if (!charts[spec.name]) charts[spec.name] = new Chart(spec, parent);

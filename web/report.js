@@ -79,5 +79,9 @@ for (const w of S.per_worker || []) {
 for (const w of S.warnings || []) {
   lines.push("warning: " + (typeof w === "string" ? w : JSON.stringify(w)));
 }
+for (const d of S.diagnostics || []) {
+  lines.push(`warning: ${d.subject}: ${d.kind.replace(/_/g, " ")} — ` +
+             `${d.message} (${d.first_s.toFixed(0)}–${d.last_s.toFixed(0)} s)`);
+}
 document.getElementById("summary").textContent = lines.join("\n");
 document.getElementById("config").textContent = DATA.config;

@@ -149,6 +149,13 @@ void AddJobFamilies(const rpc::StatusResponse& status, MetricFamilies& out) {
   b.Counter("hetps_data_chunks_requeued_total",
             "Chunks a failed worker held that went back to the queue",
             static_cast<double>(status.requeued_chunks()));
+  // Every diagnostic raised so far: 1 while it still holds, 0 after.
+  for (const rpc::Diagnostic& d : status.diagnostics()) {
+    b.Gauge("hetps_diagnostic",
+            "A warning of the coordinator's diagnostics (1: holds now)",
+            d.active() ? 1 : 0,
+            {{"kind", d.kind()}, {"subject", d.subject()}});
+  }
   for (const rpc::WorkerStatus& w : status.workers()) {
     const Labels l = {{"worker", std::to_string(w.rank())}};
     const rpc::WorkerProgress& p = w.progress();

@@ -57,6 +57,7 @@ def check_report(driver, job: RunningJob, out: Path) -> None:
     assert all(0.5 < a < 1 for a in auc), auc
     summary = driver.find_element("id", "summary").text
     assert "test AUC 0.7" in summary, summary
+    assert "warning: window: window too small" in summary, summary
     config = driver.find_element("id", "config").text
     assert "mode: semi_async" in config and "train.epochs=3" in config, config
     shot = out / "report.png"
@@ -71,7 +72,10 @@ def main() -> None:
     for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"]:
         if not Path(tool).exists():
             raise SystemExit(f"FAIL: no {tool} (scripts/deps.sh installs it)")
-    job = RunningJob(hetps, "train.epochs=3")
+    # The window pinned at 1 provokes a diagnostic (window_too_small) for
+    # the warnings line of both pages.
+    job = RunningJob(hetps, "train.epochs=3", "window=1",
+                     "semi_async.window_min=1", "semi_async.adapt_window=false")
     driver = None
     try:
         driver = browser()
@@ -120,6 +124,10 @@ def main() -> None:
         assert queue == ["server 0", "server 1"], queue
         summary = driver.find_element("id", "summary").text
         assert "mode semi_async" in summary, summary
+        warning = wait_for("the window diagnostic", lambda: (
+            lambda t: t if "window: window too small" in t else None)(
+                driver.find_element("id", "warnings").text), 30)
+        print("warnings", warning)
         shot = out / "dashboard.png"
         driver.save_screenshot(str(shot))
         assert shot.stat().st_size > 10000, "screenshot too small"

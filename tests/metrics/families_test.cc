@@ -49,6 +49,10 @@ rpc::StatusResponse TwoWorkersOneServer() {
   h->add_counts(2);  // ≤ 10 ms
   h->add_counts(1);  // more
   h->set_sum_s(0.5);
+  rpc::Diagnostic* d = status.add_diagnostics();
+  d->set_kind("slow_worker");
+  d->set_subject("worker 1");
+  d->set_active(true);
   return status;
 }
 
@@ -59,6 +63,8 @@ TEST(MetricsTest, JobSeriesCarryTheStatusWithWorkerLabels) {
   EXPECT_THAT(text, HasSubstr("# TYPE hetps_window gauge\nhetps_window 7\n"));
   EXPECT_THAT(text, HasSubstr("hetps_data_chunks_given 3\n"));
   EXPECT_THAT(text, HasSubstr("hetps_data_chunks 12\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_diagnostic{kind=\"slow_worker\",subject="
+                              "\"worker 1\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("hetps_test_auc 0.79\n"));
   EXPECT_THAT(text, HasSubstr(
       "hetps_worker_samples_per_second{worker=\"0\"} 4000\n"));
