@@ -1,6 +1,7 @@
 // hetps: one binary for every role of a job.
 //
 //   hetps launch CONFIG          a whole local cluster (servers, then workers)
+//   hetps calibrate CONFIG [--compare]   measure the workers, write a tuned job
 //   hetps server --config C --rank R    one server (multi-host runs)
 //   hetps worker --config C --rank R    one worker
 //   hetps status --coordinator HOST:PORT [--json] [--config C]
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "cli/calibrate.h"
 #include "cli/roles.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -42,18 +44,6 @@ std::string SelfPath(const char* argv0) {
 int ConfigError(const std::string& message) {
   std::fprintf(stderr, "hetps: configuration error: %s\n", message.c_str());
   return hetps::kExitConfigError;
-}
-
-// Checks the config, resolves the job's shape (and fills in the model's
-// tables) and reads the secrets that `auth` points at.
-absl::StatusOr<hetps::JobShape> ValidateAndResolve(hetps::JobConfig& config) {
-  if (auto s = hetps::ValidateJobConfig(config); !s.ok()) return s;
-  auto shape = hetps::ResolveJob(config);
-  if (!shape.ok()) return shape.status();
-  if (auto s = hetps::ResolveCredentials(config, std::getenv); !s.ok()) {
-    return s;
-  }
-  return shape;
 }
 
 }  // namespace
@@ -87,6 +77,23 @@ int main(int argc, char** argv) {
   launch->add_option("--run-dir", run_dir,
                      "the run directory (default runs/<job>-<time>-<pid>)");
 
+  auto* calibrate = app.add_subcommand(
+      "calibrate",
+      "measure every worker of the job (throughput by batch size, memory, "
+      "links, drift) and write a tuned job file");
+  calibrate->add_option("config", config_path, "job YAML")->required();
+  calibrate->add_option("--set", overrides, "override a field: path=value");
+  hetps::CalibrateOptions calibrate_options;
+  calibrate->add_option("--seconds", calibrate_options.seconds,
+                        "each worker's measurement (default 20)");
+  calibrate->add_option("--out", calibrate_options.out,
+                        "the tuned YAML (default JOB.tuned.yaml beside JOB)");
+  calibrate->add_option("--run-dir", calibrate_options.run_dir,
+                        "where the calibration's runs go");
+  calibrate->add_flag("--compare", calibrate_options.compare,
+                      "then run the original and the tuned job and compare "
+                      "their time to the target AUC");
+
   auto* run = app.add_subcommand(
       "run",
       "run the role mpirun or srun gives this process (ranks below "
@@ -103,6 +110,10 @@ int main(int argc, char** argv) {
     role->add_option("--rank", rank,
                      "rank of this role (else from the environment)");
   }
+  double calibrate_seconds = 0;
+  worker->add_option("--calibrate-seconds", calibrate_seconds,
+                     "measure this worker for that long instead of training "
+                     "its share (hetps calibrate starts workers so)");
   // Checkpoint flags: shorthands for the checkpoint.* fields.
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;
@@ -194,7 +205,7 @@ int main(int argc, char** argv) {
                    : hetps::RunSave(coordinator, config->credentials);
   }
   if (*launch) {
-    if (auto shape = ValidateAndResolve(*config); !shape.ok()) {
+    if (auto shape = hetps::ValidateAndResolve(*config); !shape.ok()) {
       return ConfigError(std::string(shape.status().message()));
     }
     hetps::SetupLogging(config->log_level, "launch");
@@ -207,6 +218,17 @@ int main(int argc, char** argv) {
     options.verbose = verbose;
     options.run_dir = run_dir;
     return hetps::RunLaunch(*std::move(config), options);
+  }
+
+  if (*calibrate) {
+    if (auto shape = hetps::ValidateAndResolve(*config); !shape.ok()) {
+      return ConfigError(std::string(shape.status().message()));
+    }
+    hetps::SetupLogging(config->log_level, "calibrate");
+    calibrate_options.self_path = SelfPath(argv[0]);
+    calibrate_options.config_path = config_path;
+    calibrate_options.overrides = overrides;
+    return hetps::RunCalibrate(*config, calibrate_options);
   }
 
   // A single role: the environment may name endpoints, role and rank.
@@ -223,7 +245,7 @@ int main(int argc, char** argv) {
         "--rank N");
   }
   if (rank < 0) rank = assigned->rank;
-  auto shape = ValidateAndResolve(*config);
+  auto shape = hetps::ValidateAndResolve(*config);
   if (!shape.ok()) return ConfigError(std::string(shape.status().message()));
   const bool is_server = by_launcher
                              ? assigned->role == hetps::RoleAssignment::kServer
@@ -243,5 +265,6 @@ int main(int argc, char** argv) {
   hetps::SetupLogging(config->log_level, (is_server ? "server " : "worker ") +
                                              std::to_string(rank));
   return is_server ? hetps::RunServerRole(*config, *shape, rank, by_launcher)
-                   : hetps::RunWorkerRole(*config, *shape, rank, by_launcher);
+                   : hetps::RunWorkerRole(*config, *shape, rank, by_launcher,
+                                          calibrate_seconds);
 }

@@ -31,12 +31,14 @@
 #include "common/logging.h"
 #include "common/ports.h"
 #include "common/proto_json.h"
+#include "config/credentials.h"
 #include "coord/coordinator.h"
 #include "coord/coordinator_client.h"
 #include "hetps/version.h"
 #include "nlohmann/json.hpp"
 #include "node/server_node.h"
 #include "server/checkpoint.h"
+#include "worker/calibration.h"
 #include "worker/trainer.h"
 
 namespace hetps {
@@ -184,8 +186,16 @@ int RunServerRole(const JobConfig& config, const JobShape& shape, int rank,
   return watched_code;
 }
 
+absl::StatusOr<JobShape> ValidateAndResolve(JobConfig& config) {
+  if (auto s = ValidateJobConfig(config); !s.ok()) return s;
+  auto shape = ResolveJob(config);
+  if (!shape.ok()) return shape.status();
+  if (auto s = ResolveCredentials(config, std::getenv); !s.ok()) return s;
+  return shape;
+}
+
 int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank,
-                  bool tell_done) {
+                  bool tell_done, double calibrate_s) {
   JobConfig resolved = config;
   if (resolved.cluster.ps_endpoints.empty()) {
     auto servers = ServersAtRendezvous(config);
@@ -198,7 +208,9 @@ int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank,
     spdlog::info("servers from the rendezvous: {}",
                  absl::StrJoin(resolved.cluster.ps_endpoints, ","));
   }
-  auto report = RunWorker(resolved, shape, rank);
+  auto report = calibrate_s > 0 ? RunCalibration(resolved, shape, rank,
+                                                 {.seconds = calibrate_s})
+                                : RunWorker(resolved, shape, rank);
   if (!report.ok()) {
     spdlog::error("worker {} failed: {}", rank, report.status().ToString());
     return kExitFailure;
@@ -275,17 +287,17 @@ absl::StatusOr<std::string> FindProgram(const std::string& program) {
 std::vector<std::pair<std::string, std::string>> WorkerEnvironment(
     const JobConfig& config, const LaunchOptions& options,
     const std::vector<std::string>& overrides, int rank) {
-  return {{"HETPS_CONFIG",
-           std::filesystem::absolute(options.config_path).string()},
-          {"HETPS_SET", absl::StrJoin(overrides, "\n")},
-          {"HETPS_RANK", std::to_string(rank)},
-          {"TRAINING_ROLE", "TRAINER"},
-          {"PADDLE_TRAINER_ID", std::to_string(rank)},
-          {"PADDLE_TRAINERS_NUM", std::to_string(config.num_workers())},
-          {"PADDLE_PSERVERS_IP_PORT_LIST",
-           absl::StrJoin(config.cluster.ps_endpoints, ",")},
-          // Lines reach the launcher as they are printed.
-          {"PYTHONUNBUFFERED", "1"}};
+  return {
+      {"HETPS_CONFIG", std::filesystem::absolute(options.config_path).string()},
+      {"HETPS_SET", absl::StrJoin(overrides, "\n")},
+      {"HETPS_RANK", std::to_string(rank)},
+      {"TRAINING_ROLE", "TRAINER"},
+      {"PADDLE_TRAINER_ID", std::to_string(rank)},
+      {"PADDLE_TRAINERS_NUM", std::to_string(config.num_workers())},
+      {"PADDLE_PSERVERS_IP_PORT_LIST",
+       absl::StrJoin(config.cluster.ps_endpoints, ",")},
+      // Lines reach the launcher as they are printed.
+      {"PYTHONUNBUFFERED", "1"}};
 }
 
 int RunLaunch(JobConfig config, const LaunchOptions& options) {
@@ -400,11 +412,16 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
   // its environment.
   auto spawn_worker = [&](int rank) -> absl::StatusOr<pid_t> {
     const std::string label = absl::StrCat("worker ", rank);
-    if (!worker_program) return group.Spawn(label, child_args("worker", rank));
+    if (!worker_program) {
+      std::vector<std::string> argv = child_args("worker", rank);
+      argv.insert(argv.end(), options.worker_args.begin(),
+                  options.worker_args.end());
+      return group.Spawn(label, argv);
+    }
     std::vector<std::string> argv = config.worker.command;
     argv[0] = *worker_program;
-    return group.Spawn(label, argv, WorkerEnvironment(config, options, overrides,
-                                                      rank));
+    return group.Spawn(label, argv,
+                       WorkerEnvironment(config, options, overrides, rank));
   };
   auto fail = [&](const std::string& why) {
     spdlog::error("{}; stopping the job", why);
@@ -468,8 +485,8 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       // For report.html, and the progress line.
       last_sample = clock.Now();
       const double elapsed_s = absl::ToDoubleSeconds(clock.Now() - start);
-      absl::StatusOr<rpc::StatusResponse> st = QueryStatus(
-          config.cluster.ps_endpoints[0], 1.0, config.credentials);
+      absl::StatusOr<rpc::StatusResponse> st =
+          QueryStatus(config.cluster.ps_endpoints[0], 1.0, config.credentials);
       if (st.ok()) {
         timeline.Add(elapsed_s, *st);
         if (progress_line) PrintProgressLine(*st, elapsed_s);
@@ -584,7 +601,12 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
                             {"rejoins", r.value("rejoins", uint64_t{0})},
                             {"busy_fraction", r.value("busy_fraction", 0.0)},
                             {"train_s", r["train_s"]},
-                            {"device", r.value("device", std::string())}});
+                            {"device", r.value("device", std::string())},
+                            {"raw_bytes", r.value("raw_bytes", uint64_t{0})},
+                            {"pushes", r.value("pushes", uint64_t{0})}});
+      if (r.contains("calibration")) {
+        per_worker.back()["calibration"] = r["calibration"];
+      }
     }
     summary["per_worker"] = per_worker;
     summary["codec"] = config.compress.codec;
@@ -680,8 +702,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       !s.ok()) {
     spdlog::error("report: {}", s.message());
   }
-  std::printf("   logs, summary.json and report.html in %s\n",
-              run_dir.c_str());
+  std::printf("   logs, summary.json and report.html in %s\n", run_dir.c_str());
   std::fflush(stdout);
   for (const std::string& path :
        {(run_dir / "summary.json").string(), options.summary_json}) {
@@ -783,17 +804,17 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
         static_cast<unsigned long long>(s["applied_rounds"].get<uint64_t>()),
         static_cast<unsigned long long>(s["queue_length"].get<uint64_t>()),
         100 * s["cpu_fraction"].get<double>(), s["table_rows"].dump().c_str(),
-        metrics.empty() ? ""
-                        : absl::StrCat("  metrics http://", metrics, "/metrics")
-                              .c_str());
+        metrics.empty()
+            ? ""
+            : absl::StrCat("  metrics http://", metrics, "/metrics").c_str());
   }
   for (const std::string& change : status->window_changes()) {
     std::printf("window change: %s\n", change.c_str());
   }
   for (const rpc::Diagnostic& d : status->diagnostics()) {
     std::printf("warning: %s: %s %s (%.0f-%.0f s%s)\n", d.subject().c_str(),
-                d.kind().c_str(), d.message().c_str(), d.first_s(),
-                d.last_s(), d.active() ? ", still holds" : "");
+                d.kind().c_str(), d.message().c_str(), d.first_s(), d.last_s(),
+                d.active() ? ", still holds" : "");
   }
   return kExitOk;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "hetps.pb.h"
 #include "hetps/config.h"
 #include "model/criteo_gen.h"
@@ -29,10 +30,16 @@ inline constexpr const char* kListeningPrefix = "HETPS_LISTENING ";
 int RunServerRole(const JobConfig& config, const JobShape& shape, int rank,
                   bool until_done = false);
 
+// Checks the config, resolves the job's shape (and fills in the model's
+// tables) and reads the secrets that `auth` points at.
+absl::StatusOr<JobShape> ValidateAndResolve(JobConfig& config);
+
 // Trains as worker `rank`; prints its report line on stdout. With
-// `tell_done` (`hetps run`) it then passes kDoneBarrier.
+// `tell_done` (`hetps run`) it then passes kDoneBarrier. With
+// `calibrate_s` > 0 it calibrates for that long instead of training its
+// share (worker/calibration.h; `hetps calibrate` starts such workers).
 int RunWorkerRole(const JobConfig& config, const JobShape& shape, int rank,
-                  bool tell_done = false);
+                  bool tell_done = false, double calibrate_s = 0);
 
 struct LaunchOptions {
   std::string self_path;               // the hetps binary, for the children
@@ -46,6 +53,9 @@ struct LaunchOptions {
   // Where the roles' logs, the launcher's log and summary.json go (created);
   // empty: runs/<job>-<UTC date and time>.
   std::string run_dir;
+  // Passed to every `hetps worker` after the others (`hetps calibrate`:
+  // --calibrate-seconds).
+  std::vector<std::string> worker_args;
 };
 
 // Runs a whole job on this machine: servers first (once all listen), then

@@ -457,6 +457,7 @@ std::string ReportToJson(const TrainReport& report) {
   for (const auto& [codec, bytes] : report.sent_by_codec) {
     j["sent_by_codec"][codec] = bytes;
   }
+  if (!report.calibration.is_null()) j["calibration"] = report.calibration;
   return j.dump();
 }
 

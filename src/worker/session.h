@@ -54,6 +54,7 @@
 #include "hetps/config.h"
 #include "hetps/ps_client.h"
 #include "model/job_shape.h"
+#include "nlohmann/json.hpp"
 #include "worker/device_profile.h"
 #include "worker/push_codec.h"
 
@@ -95,6 +96,8 @@ struct TrainReport {
   std::vector<EvalPoint> evals;
   std::optional<double> test_auc;
   std::optional<double> test_logloss;
+  // `hetps calibrate` (worker/calibration.h): what the worker measured.
+  nlohmann::json calibration;
 };
 
 // One-line JSON of a report (the launcher gathers these).
@@ -166,6 +169,9 @@ class WorkerSession {
   void FixPlan(uint32_t batch_size, uint32_t push_freq);
 
   uint32_t rank() const { return rank_; }
+  // Samples trained and time spent computing (not waiting) so far.
+  uint64_t samples() const { return report_.samples; }
+  double busy_seconds() const { return busy_s_; }
   // Epochs finished before the chunk in hand.
   int epoch() const { return epoch_; }
   uint32_t batch_size() const { return batch_size_; }

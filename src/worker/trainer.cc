@@ -4,44 +4,8 @@
 
 #include "common/logging.h"
 #include "worker/evaluator.h"
-#include "worker/step.h"
 
 namespace hetps {
-namespace {
-
-// One worker's training of a built-in model: Start (model, test split,
-// session, the periodic evaluator), then TrainBatch until the session has
-// no data left, then Finish (the last push, leaving, the final evaluation
-// on rank 0).
-class Trainer {
- public:
-  Trainer(const JobConfig& config, const JobShape& shape, uint32_t rank,
-          Clock& clock)
-      : config_(config), shape_(shape), rank_(rank), clock_(clock) {}
-
-  absl::Status Start();
-  // Trains one batch; false when no data is left.
-  absl::StatusOr<bool> TrainBatch();
-  absl::StatusOr<TrainReport> Finish();
-
- private:
-  // Rank 0 evaluates when the chunks move on to a new epoch.
-  absl::Status EvaluateEpochBefore(int epoch);
-  absl::Status PushAccumulated();
-
-  const JobConfig& config_;
-  const JobShape& shape_;
-  const uint32_t rank_;
-  Clock& clock_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Reader> test_;
-  std::unique_ptr<WorkerSession> session_;
-  std::unique_ptr<StepRunner> steps_;
-  std::unique_ptr<PeriodicEvaluator> periodic_;
-  Step step_;
-  Accumulator accumulated_;
-  int epoch_ = 0;  // of the batches trained so far
-};
 
 absl::Status Trainer::Start() {
   auto model = Model::Create(config_.train, shape_.data.num_slots,
@@ -83,8 +47,8 @@ absl::Status Trainer::EvaluateEpochBefore(int epoch) {
     point->epoch = epoch;
     point->at_s = session_->SecondsSinceStart();
     session_->AddEval(*point);
-    spdlog::info("epoch {}: test AUC {:.4f} logloss {:.4f}", epoch,
-                 point->auc, point->logloss);
+    spdlog::info("epoch {}: test AUC {:.4f} logloss {:.4f}", epoch, point->auc,
+                 point->logloss);
     return absl::OkStatus();
   });
 }
@@ -143,8 +107,6 @@ absl::StatusOr<TrainReport> Trainer::Finish() {
   }
   return session_->Report();
 }
-
-}  // namespace
 
 absl::StatusOr<TrainReport> RunWorker(const JobConfig& config,
                                       const JobShape& shape, uint32_t rank,

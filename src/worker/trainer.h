@@ -12,14 +12,57 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "hetps/config.h"
 #include "model/job_shape.h"
+#include "model/model.h"
+#include "worker/evaluator.h"
 #include "worker/session.h"
+#include "worker/step.h"
 
 namespace hetps {
+
+// One worker's training of a built-in model: Start (model, test split,
+// session, the periodic evaluator), then TrainBatch until the session has
+// no data left, then Finish (the last push, leaving, the final evaluation
+// on rank 0).
+class Trainer {
+ public:
+  Trainer(const JobConfig& config, const JobShape& shape, uint32_t rank,
+          Clock& clock)
+      : config_(config), shape_(shape), rank_(rank), clock_(clock) {}
+
+  absl::Status Start();
+  // Trains one batch; false when no data is left.
+  absl::StatusOr<bool> TrainBatch();
+  absl::StatusOr<TrainReport> Finish();
+
+  WorkerSession& session() { return *session_; }
+  const Model& model() const { return *model_; }
+  // The batch trained last.
+  const Batch& batch() const { return step_.batch; }
+
+ private:
+  // Rank 0 evaluates when the chunks move on to a new epoch.
+  absl::Status EvaluateEpochBefore(int epoch);
+  absl::Status PushAccumulated();
+
+  const JobConfig& config_;
+  const JobShape& shape_;
+  const uint32_t rank_;
+  Clock& clock_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Reader> test_;
+  std::unique_ptr<WorkerSession> session_;
+  std::unique_ptr<StepRunner> steps_;
+  std::unique_ptr<PeriodicEvaluator> periodic_;
+  Step step_;
+  Accumulator accumulated_;
+  int epoch_ = 0;  // of the batches trained so far
+};
 
 // `config` validated and resolved into `shape` (ResolveJob), with
 // cluster.ps_endpoints filled in.
