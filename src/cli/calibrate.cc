@@ -102,11 +102,12 @@ nlohmann::json TuneJob(const JobConfig& config, const nlohmann::json& summary) {
   std::map<Key, std::vector<int>> groups;
   for (int r = 0; r < workers; ++r) {
     const DeviceProfileConfig* p = config.ProfileOf(r);
+    // An emulated link (the profile's bandwidth_mbps) as measured; a real
+    // one is not throttled.
     double link = p ? p->bandwidth_mbps : 0;
     const auto& links = cal[r].value("link_mbps", std::vector<double>{});
-    if (!links.empty()) {
-      const double measured = *std::min_element(links.begin(), links.end());
-      if (measured < 1000) link = TwoDigits(measured);
+    if (link > 0 && !links.empty()) {
+      link = TwoDigits(*std::min_element(links.begin(), links.end()));
     }
     groups[{rate[r], p ? p->memory_mb : 0, link}].push_back(r);
   }

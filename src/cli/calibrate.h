@@ -5,8 +5,8 @@
 // run), then a tuned job file with a comment per choice:
 //
 //   device_profiles   each worker's measured compute rate (two significant
-//                     digits), its memory and link settings kept; a link
-//                     under 1 Gbit/s is written as measured;
+//                     digits), its memory setting kept, an emulated link
+//                     (bandwidth_mbps) as measured;
 //   train.batch_size  kept, unless the slowest worker's proportional share
 //                     falls below its best batch (the smallest within 90%
 //                     of its fastest rate): then raised to give it that;

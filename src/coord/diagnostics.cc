@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/median.h"
 
 namespace hetps {
 namespace {
@@ -19,15 +20,6 @@ constexpr double kFeatureGap = 0.1;
 constexpr uint64_t kMinShardSamples = 1000;
 constexpr int kRatePeriods = 2;      // periods in a row a rate rule must hold
 constexpr size_t kRateHistory = 64;  // periods of a worker's rate kept
-
-// 0 when empty.
-double Median(const std::deque<double>& values) {
-  if (values.empty()) return 0;
-  std::vector<double> v(values.begin(), values.end());
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
 
 std::string Subject(const char* role, uint32_t rank) {
   return absl::StrCat(role, " ", rank);
@@ -123,7 +115,7 @@ void Diagnostics::Observe(const DiagnosticsPeriod& p) {
     std::deque<double>& history = rates_[w.rank];
     const double expected = w.expected_samples_per_s > 0
                                 ? w.expected_samples_per_s
-                                : Median(history);
+                                : Median({history.begin(), history.end()});
     if (expected > 0 && rate < kSlowShare * expected) {
       Held("slow_worker", Subject("worker", w.rank),
            absl::StrFormat("computes %.0f samples/s, %.0f%% of the %.0f "
@@ -157,10 +149,9 @@ void Diagnostics::Observe(const DiagnosticsPeriod& p) {
   const auto median = [&](double Shard::*field) {
     std::vector<double> v;
     for (const Shard& s : shards) v.push_back(s.*field);
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+    return Median(std::move(v));
   };
+
   const double label_rate = median(&Shard::label_rate);
   const double keys_per_sample = median(&Shard::keys_per_sample);
   for (const Shard& s : shards) {

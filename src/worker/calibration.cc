@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/logging.h"
+#include "common/median.h"
 #include "shard/shard_map.h"
 #include "worker/trainer.h"
 
@@ -13,14 +14,8 @@ namespace {
 constexpr size_t kProbeKeysPerServer = 4096;
 constexpr int kProbePulls = 3;
 constexpr int kDriftSlices = 8;
+constexpr uint32_t kLargestBatch = 65536;  // the memory probe's end
 constexpr double kPlateau = 0.9;  // the best batch: the smallest this close
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 // Per server, the payload bandwidth of pulling rows it owns (Mbit/s).
 // Keys of their own (a fixed seed): the calibration job's model is thrown
@@ -95,41 +90,50 @@ absl::StatusOr<TrainReport> RunCalibration(const JobConfig& config,
   if (!links.ok()) return links.status();
   out["link_mbps"] = *links;
 
-  bool more = true;
-  const double slice_s = 0.45 * plan.seconds / plan.batches.size();
-  nlohmann::json rates = nlohmann::json::array();
-  uint32_t best_batch = 0, max_batch = 0;
-  double best_rate = 0;
-  std::vector<std::pair<uint32_t, double>> measured;
-  for (uint32_t batch : plan.batches) {
-    if (!session.device().CheckMemory(batch).ok()) {
+  // The largest batch its memory holds, by doubling (no compute needed).
+  uint32_t max_batch = 0;
+  for (uint32_t b = plan.batches.front(); b <= kLargestBatch; b *= 2) {
+    if (!session.device().CheckMemory(b).ok()) {
       out["memory_capped"] = true;
       break;
     }
+    max_batch = b;
+  }
+  out["max_batch"] = max_batch;
+
+  bool more = true;
+  const double slice_s = 0.45 * plan.seconds / plan.batches.size();
+  nlohmann::json rates = nlohmann::json::array();
+  std::vector<std::pair<uint32_t, double>> measured;
+  double best_rate = 0;
+  for (uint32_t batch : plan.batches) {
+    // A batch it holds, and one whose step fits the slice twice over.
+    if (batch > max_batch) break;
+    if (best_rate > 0 && batch / best_rate > slice_s / 2) break;
     session.FixPlan(batch, 1);
     auto rate = RateOver(trainer, slice_s, clock, &more);
-    if (!rate.ok()) {
+    if (absl::IsResourceExhausted(rate.status())) {
       // A real device's out-of-memory ends the sweep like the emulated one.
-      if (absl::IsResourceExhausted(rate.status())) {
-        out["memory_capped"] = true;
-        break;
-      }
-      return rate.status();
+      out["memory_capped"] = true;
+      out["max_batch"] = measured.empty() ? 0 : measured.back().first;
+      break;
     }
+    if (!rate.ok()) return rate.status();
     if (!more) break;
-    max_batch = batch;
     measured.emplace_back(batch, *rate);
     rates.push_back({{"batch", batch}, {"samples_per_s", *rate}});
     best_rate = std::max(best_rate, *rate);
   }
+  uint32_t best_batch = 0;
+  double best_batch_rate = 0;
   for (const auto& [batch, rate] : measured) {
     if (rate >= kPlateau * best_rate) {
       best_batch = batch;
+      best_batch_rate = rate;
       break;
     }
   }
   out["rates"] = rates;
-  out["max_batch"] = max_batch;
   out["best_batch"] = best_batch;
   out["samples_per_s"] = best_rate;
 
@@ -144,13 +148,11 @@ absl::StatusOr<TrainReport> RunCalibration(const JobConfig& config,
     }
   }
   out["sustained"] = sustained;
-  if (sustained.size() >= 6) {
-    const double first = Median({sustained.begin(), sustained.begin() + 3});
-    const double last = Median({sustained.end() - 3, sustained.end()});
-    out["drift"] = first > 0 ? last / first : 1.0;
-  } else {
-    out["drift"] = 1.0;
-  }
+  // The end of the sustained run against the same batch at the start.
+  const double last = sustained.size() >= 3
+                          ? Median({sustained.end() - 3, sustained.end()})
+                          : 0;
+  out["drift"] = best_batch_rate > 0 && last > 0 ? last / best_batch_rate : 1.0;
   spdlog::info("calibration: {}", out.dump());
   auto report = trainer.Finish();
   if (!report.ok()) return report.status();

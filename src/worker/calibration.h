@@ -2,16 +2,20 @@
 // training its share to the end, measures itself for a few seconds while
 // training on the job's real data, model and servers:
 //
-//  1. Batch sweep: the compute rate (samples per busy second: pulls and
-//     pushes excluded) at each batch size of the plan, a slice of time each,
-//     stopping at the first batch its memory does not hold (the emulated
-//     device's check, RESOURCE_EXHAUSTED from a real one).
-//  2. Links: per server, the time to pull rows of its own (keys of the
-//     batches trained, grouped by owner): bytes per second of payload, the
-//     median of three pulls.
-//  3. Drift: a sustained run at the sweep's best batch, cut into slices;
-//     drift = median rate of the last three slices / the first three (a
-//     device that throttles or a neighbour that arrives shows below 1).
+//  1. Links, first (at clock 0 no pull waits for other workers): per
+//     server, the time to pull 4096 rows it owns: payload bits per second,
+//     the median of three pulls.
+//  2. Memory: the largest batch (doubling from the plan's smallest, up to
+//     65536) the device holds (the emulated device's check; a real one's
+//     RESOURCE_EXHAUSTED in the sweep).
+//  3. Batch sweep: the compute rate (samples per busy second: pulls and
+//     pushes excluded) at each batch size of the plan it holds, a slice of
+//     time each; a batch whose step would take more than half a slice is
+//     not tried. The best batch: the smallest within 90% of the fastest.
+//  4. Drift: a sustained run at the best batch, cut into slices; drift =
+//     the median rate of the last three slices / the best batch's rate in
+//     the sweep (a device that throttles or a neighbour that arrives shows
+//     below 1).
 //
 // The worker then leaves like a trained one; its report carries the numbers
 // (TrainReport::calibration) for the calibrate command (cli/calibrate.h).
