@@ -33,8 +33,10 @@ quality+='|SemiAsyncWarmsUpPastTheHotRowPlateau'
 quality+='|MainJobOnSixHostsWithA10MbitWorker'
 quality+='|MainJobIsQuietAndKeepsItsRunDirectory'
 # (a sanitized worker computes below its emulated profile: slow_worker is
-# then the right diagnosis, not a clean run)
-quality+='|Diagnostics.CleanRunShowsNone'
+# then the right diagnosis for every worker, and calibration measures the
+# sanitizer, not the profile)
+quality+='|Diagnostics.CleanRunShowsNone|Diagnostics.SlowedWorkerIsSlow'
+quality+='|Calibrate.FindsTheReferenceProfilesAndTunesNoSlower'
 (cd build-asan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
 # ThreadSanitizer: Debian's abseil and gRPC are not built with it, so
 # tests/support/tsan_absl.cc shows abseil's Mutex to TSan, only accesses
