@@ -25,6 +25,7 @@ namespace {
 
 constexpr double kDriftBelow = 0.85;
 constexpr double kPushShareOfCompute = 0.25;
+constexpr double kBusyServerCpu = 0.7;
 constexpr double kTargetShare = 0.995;
 
 // Two significant digits: a measured 1013 samples/s is a 1000 profile.
@@ -175,13 +176,27 @@ nlohmann::json TuneJob(const JobConfig& config, const nlohmann::json& summary) {
        summary.value("diagnostics", nlohmann::json::array())) {
     saturated |= d.value("kind", "") == "server_saturated";
   }
-  if (saturated) ++servers;
+  // The busiest server's CPU over the calibration, of what it may use.
+  double busiest = 0;
+  const double wall_s = summary.value("wall_s", 0.0);
+  for (const nlohmann::json& c :
+       summary.value("server_cpu", nlohmann::json::array())) {
+    const double cpus = c.value("allowed_cpus", 0.0);
+    if (wall_s > 0 && cpus > 0) {
+      busiest = std::max(busiest, c.value("cpu_s", 0.0) / (wall_s * cpus));
+    }
+  }
+  const bool busy = saturated || busiest >= kBusyServerCpu;
+  if (busy) ++servers;
   out["servers"] = servers;
+  out["busiest_server_cpu"] = busiest;
   comments.push_back(absl::StrFormat(
-      "cluster.servers: %d for %d workers (a quarter, within [%d, %d])%s",
-      servers, workers, low, high,
-      saturated ? ", one more: a server was saturated while calibrating"
-                : "; no server was saturated while calibrating"));
+      "cluster.servers: %d for %d workers (a quarter, within [%d, %d]); the "
+      "busiest server used %.0f%% of its CPUs while calibrating%s",
+      servers, workers, low, high, 100 * busiest,
+      saturated ? ", one more: a server was saturated"
+      : busy    ? ", one more: above 70%"
+                : ""));
 
   // compress.codec: adaptive where a push outlasts a quarter of compute.
   std::string codec = config.compress.codec;

@@ -16,7 +16,8 @@
 //                     slowest), still adapting;
 //   cluster.servers   a quarter of the workers, within [workers/5,
 //                     workers/3] rounded up, one more if a server was
-//                     saturated during calibration (its diagnostic);
+//                     saturated during calibration (its diagnostic) or
+//                     used ≥ 70% of the CPUs it may use over the run;
 //   compress.codec    adaptive when some worker's push would take more than
 //                     a quarter of its compute over its measured link, else
 //                     as it was.

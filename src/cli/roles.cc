@@ -633,6 +633,14 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       summary["finished_chunks"] = final_status->finished_chunks();
       summary["finished_samples"] = final_status->finished_samples();
       summary["requeued_chunks"] = final_status->requeued_chunks();
+      // Each server's CPU over the job (calibrate sizes the servers by it).
+      summary["server_cpu"] = nlohmann::json::array();
+      for (const rpc::ServerStatus& server : final_status->servers()) {
+        summary["server_cpu"].push_back(
+            {{"rank", server.rank()},
+             {"cpu_s", server.stats().cpu_s()},
+             {"allowed_cpus", server.stats().allowed_cpus()}});
+      }
       summary["diagnostics"] = nlohmann::json::array();
       for (const rpc::Diagnostic& d : final_status->diagnostics()) {
         summary["diagnostics"].push_back(ProtoToJson(d));

@@ -24,18 +24,21 @@ JobConfig Reference(int batch_size) {
 nlohmann::json Summary(double link_mbps, int best_batch = 16) {
   nlohmann::json per_worker = nlohmann::json::array();
   for (int r = 0; r < 10; ++r) {
-    per_worker.push_back(
-        {{"rank", r},
-         {"pushes", 100},
-         {"raw_bytes", 2000000},
-         {"calibration",
-          {{"samples_per_s", r < 3 ? 1013.0 : 297.0},
-           {"best_batch", best_batch},
-           {"max_batch", 512},
-           {"link_mbps", {link_mbps, link_mbps, link_mbps}},
-           {"drift", r == 9 ? 0.4 : 0.98}}}});
+    per_worker.push_back({{"rank", r},
+                          {"pushes", 100},
+                          {"raw_bytes", 2000000},
+                          {"calibration",
+                           {{"samples_per_s", r < 3 ? 1013.0 : 297.0},
+                            {"best_batch", best_batch},
+                            {"max_batch", 512},
+                            {"link_mbps", {link_mbps, link_mbps, link_mbps}},
+                            {"drift", r == 9 ? 0.4 : 0.98}}}});
   }
-  return {{"per_worker", per_worker}, {"diagnostics", nlohmann::json::array()}};
+  return {
+      {"per_worker", per_worker},
+      {"diagnostics", nlohmann::json::array()},
+      {"wall_s", 20.0},
+      {"server_cpu", {{{"rank", 0}, {"cpu_s", 4.0}, {"allowed_cpus", 2.0}}}}};
 }
 
 TEST(CalibrateTuneTest, TheReferenceKeepsItsShapeAndNamesTheDrift) {
@@ -47,7 +50,8 @@ TEST(CalibrateTuneTest, TheReferenceKeepsItsShapeAndNamesTheDrift) {
   EXPECT_EQ(tuned["device_profiles"][1]["ranks"], nlohmann::json({0, 1, 2}));
   EXPECT_EQ(tuned["batch_size"], 64);
   EXPECT_EQ(tuned["window"], 17);  // 5100 / 300
-  EXPECT_EQ(tuned["servers"], 3);  // 10 / 4, within [2, 4]
+  EXPECT_EQ(tuned["servers"], 3);  // 10 / 4, within [2, 4]; 10% CPU
+  EXPECT_THAT(tuned["comments"].dump(), HasSubstr("used 10% of its CPUs"));
   EXPECT_EQ(tuned["codec"], "none");
   ASSERT_EQ(tuned["drift"].size(), 1u);
   EXPECT_EQ(tuned["drift"][0]["rank"], 9);
@@ -73,6 +77,14 @@ TEST(CalibrateTuneTest, ASaturatedServerAddsOne) {
   nlohmann::json summary = Summary(1000);
   summary["diagnostics"].push_back({{"kind", "server_saturated"}});
   EXPECT_EQ(TuneJob(Reference(64), summary)["servers"], 4);
+}
+
+TEST(CalibrateTuneTest, AServerBusyAboveSeventyPercentAddsOne) {
+  nlohmann::json summary = Summary(1000);
+  summary["server_cpu"][0]["cpu_s"] = 30.0;  // 75% of 2 CPUs over 20 s
+  const nlohmann::json tuned = TuneJob(Reference(64), summary);
+  EXPECT_EQ(tuned["servers"], 4);
+  EXPECT_THAT(tuned["comments"].dump(), HasSubstr("used 75% of its CPUs"));
 }
 
 TEST(CalibrateTuneTest, AWorkerThatMeasuredNothingIsAnError) {
