@@ -401,9 +401,11 @@ void Coordinator::ControlPeriod() {
           .expected_samples_per_s = profile ? profile->throughput : 0.0,
           .progress = progress_[r]});
     }
-    const size_t before = diagnostics_.List().size();
+    const size_t before = diagnostics_.raised();
     diagnostics_.Observe(view);
-    const std::vector<rpc::Diagnostic> now = diagnostics_.List();
+    const std::vector<rpc::Diagnostic> now =
+        before < diagnostics_.raised() ? diagnostics_.List()
+                                       : std::vector<rpc::Diagnostic>{};
     for (size_t i = before; i < now.size(); ++i) {
       spdlog::warn("diagnostic {} ({}): {}", now[i].kind(), now[i].subject(),
                    now[i].message());

@@ -82,8 +82,9 @@ class Diagnostics {
   // A worker's heartbeat: its own warnings show at once.
   void Reported(uint32_t rank, const rpc::WorkerProgress& progress,
                 double now_s);
-  // Every warning raised so far, in the order raised.
+  // Every warning raised so far, in the order raised, and their count.
   std::vector<rpc::Diagnostic> List() const;
+  size_t raised() const { return raised_; }
 
  private:
   // Ends an Observe: rules that did not hold lose their streak.
