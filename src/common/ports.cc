@@ -6,24 +6,62 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 
 namespace hetps {
+namespace {
+
+// Drawn ports stay at or above this (clear of the registered services most
+// machines run) and below the ephemeral range.
+constexpr int kLowestDrawnPort = 20000;
+// Fewer ports than this between the two: let the kernel pick instead.
+constexpr int kLeastRoom = 1000;
+// Draws per port before giving up on drawing for it.
+constexpr int kDraws = 64;
+
+// The first port of the kernel's ephemeral range (Linux's default when the
+// setting cannot be read).
+int EphemeralLow() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (!(range >> low) || low <= 0) low = 32768;
+  return low;
+}
+
+// Binds `fd` to `port` on `addr`'s host; port 0 lets the kernel pick.
+bool BindTo(int fd, sockaddr_in addr, int port) {
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  return bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host,
                                                int count) {
   std::vector<int> fds, ports;
   absl::Status status;
+  const int ephemeral_low = EphemeralLow();
+  const bool draw = ephemeral_low - kLowestDrawnPort >= kLeastRoom;
+  absl::BitGen random;
   for (int i = 0; i < count && status.ok(); ++i) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = 0;
     if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
       status = absl::InvalidArgumentError(
           absl::StrCat("cluster.host: '", host, "' is not an IPv4 address"));
-    } else if (fd < 0 ||
-               bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      if (fd >= 0) fds.push_back(fd);
+      break;
+    }
+    bool bound = false;
+    for (int d = 0; draw && fd >= 0 && !bound && d < kDraws; ++d) {
+      bound = BindTo(fd, addr,
+                     absl::Uniform(random, kLowestDrawnPort, ephemeral_low));
+    }
+    if (fd < 0 || !(bound || BindTo(fd, addr, 0))) {
       status =
           absl::UnavailableError(absl::StrCat("cannot bind a port on ", host));
     } else {

@@ -11,8 +11,13 @@ namespace hetps {
 
 // `count` distinct ports on the IPv4 address `host` that were free a moment
 // ago: all are bound at once (so they differ), then released for the servers
-// to take. Another process could take one in between; the server that then
-// fails to bind says so. INVALID_ARGUMENT for a host that is not an IPv4
+// to take. They are drawn at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), which sockets bound to port 0 and
+// outgoing connections take theirs from: otherwise any process on the
+// machine could be handed one of them in between. Another launcher drawing
+// the same port in that moment is still possible; the server that then
+// fails to bind says so. Where the range leaves too little room below it,
+// the kernel picks. INVALID_ARGUMENT for a host that is not an IPv4
 // address, UNAVAILABLE when binding fails.
 absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host,
                                                int count);

@@ -9,7 +9,6 @@ Chromium and its driver are Debian's (chromium, chromium-driver); the
 driver is python3-selenium's.
 """
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -74,72 +73,73 @@ def main() -> None:
             raise SystemExit(f"FAIL: no {tool} (scripts/deps.sh installs it)")
     # The window pinned at 1 provokes a diagnostic (window_too_small) for
     # the warnings line of both pages.
-    job = RunningJob(hetps, "train.epochs=3", "window=1",
-                     "semi_async.window_min=1", "semi_async.adapt_window=false")
-    driver = None
-    try:
+    with RunningJob(hetps, "train.epochs=3", "window=1",
+                    "semi_async.window_min=1",
+                    "semi_async.adapt_window=false") as job:
         driver = browser()
-        driver.get(job.base + "/")
-
-        def points():
-            return driver.execute_script(
-                "const c = window.hetpsCharts || {};"
-                "const out = {};"
-                "for (const k of Object.keys(c)) out[k] = c[k].points();"
-                "return out;")
-
-        wait_for("every chart with 3 points",
-                 lambda: (lambda p: set(p) == set(CHARTS) and
-                          min(p.values()) >= 3)(points()), 60)
-
-        def throughput():
-            # Worker 0's samples/s column of the throughput chart.
-            return driver.execute_script(
-                "const c = window.hetpsCharts.throughput;"
-                "return c.data[c.labels.indexOf('worker 0') + 1];")
-
-        first = throughput()
-        # Later points are there and not all the same value.
-        later = wait_for(
-            "new throughput points that differ from the first ones",
-            lambda: (lambda t: t if len(t) > len(first) + 2 and
-                     len({round(v or 0, 3) for v in t}) > 1 else None)(
-                throughput()), 30)
-        # Rank 0 evaluates every 2 s (main-job.yaml): the AUC chart has a
-        # series with values in (0.5, 1).
-        aucs = wait_for("test AUC points", lambda: driver.execute_script(
-            "const c = window.hetpsCharts.auc;"
-            "const i = c.labels.indexOf('test AUC');"
-            "return i < 0 ? null : c.data[i + 1].filter(v => v !== null);"),
-            30)
-        assert all(0.5 < a < 1 for a in aucs), aucs
-        print("charts", points())
-        print("worker 0 samples/s", [round(v or 0) for v in later[-5:]])
-        labels = driver.execute_script(
-            "return window.hetpsCharts.throughput.labels;")
-        assert labels == ["worker 0", "worker 1", "worker 2", "worker 3"], \
-            labels
-        queue = driver.execute_script(
-            "return window.hetpsCharts.queue.labels;")
-        assert queue == ["server 0", "server 1"], queue
-        summary = driver.find_element("id", "summary").text
-        assert "mode semi_async" in summary, summary
-        warning = wait_for("the window diagnostic", lambda: (
-            lambda t: t if "window: window too small" in t else None)(
-                driver.find_element("id", "warnings").text), 30)
-        print("warnings", warning)
-        shot = out / "dashboard.png"
-        driver.save_screenshot(str(shot))
-        assert shot.stat().st_size > 10000, "screenshot too small"
-        assert job.running(), "the job ended before the checks: too short"
-        print("screenshot", shot)
-        check_report(driver, job, out)
-        print("PASS")
-    finally:
-        if driver is not None:
+        try:
+            check_dashboard(driver, job, out)
+            check_report(driver, job, out)
+        finally:
             driver.quit()
-        job.stop()
-        shutil.rmtree(job.dir, ignore_errors=True)
+    print("PASS")
+
+
+def check_dashboard(driver, job: RunningJob, out: Path) -> None:
+    driver.get(job.base + "/")
+
+    def points():
+        return driver.execute_script(
+            "const c = window.hetpsCharts || {};"
+            "const out = {};"
+            "for (const k of Object.keys(c)) out[k] = c[k].points();"
+            "return out;")
+
+    wait_for("every chart with 3 points",
+             lambda: (lambda p: set(p) == set(CHARTS) and
+                      min(p.values()) >= 3)(points()), 60)
+
+    def throughput():
+        # Worker 0's samples/s column of the throughput chart.
+        return driver.execute_script(
+            "const c = window.hetpsCharts.throughput;"
+            "return c.data[c.labels.indexOf('worker 0') + 1];")
+
+    first = throughput()
+    # Later points are there and not all the same value.
+    later = wait_for(
+        "new throughput points that differ from the first ones",
+        lambda: (lambda t: t if len(t) > len(first) + 2 and
+                 len({round(v or 0, 3) for v in t}) > 1 else None)(
+            throughput()), 30)
+    # Rank 0 evaluates every 2 s (main-job.yaml): the AUC chart has a
+    # series with values in (0.5, 1).
+    aucs = wait_for("test AUC points", lambda: driver.execute_script(
+        "const c = window.hetpsCharts.auc;"
+        "const i = c.labels.indexOf('test AUC');"
+        "return i < 0 ? null : c.data[i + 1].filter(v => v !== null);"),
+        30)
+    assert all(0.5 < a < 1 for a in aucs), aucs
+    print("charts", points())
+    print("worker 0 samples/s", [round(v or 0) for v in later[-5:]])
+    labels = driver.execute_script(
+        "return window.hetpsCharts.throughput.labels;")
+    assert labels == ["worker 0", "worker 1", "worker 2", "worker 3"], \
+        labels
+    queue = driver.execute_script(
+        "return window.hetpsCharts.queue.labels;")
+    assert queue == ["server 0", "server 1"], queue
+    summary = driver.find_element("id", "summary").text
+    assert "mode semi_async" in summary, summary
+    warning = wait_for("the window diagnostic", lambda: (
+        lambda t: t if "window: window too small" in t else None)(
+            driver.find_element("id", "warnings").text), 30)
+    print("warnings", warning)
+    shot = out / "dashboard.png"
+    driver.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10000, "screenshot too small"
+    assert job.running(), "the job ended before the checks: too short"
+    print("screenshot", shot)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 """A main job (examples/main-job.yaml) started by `hetps launch` for the
 metrics and dashboard tests: started in its own process group, its run
 directory in a temporary folder, the coordinator's HTTP address read from
-server 0's log, and everything stopped on exit."""
+server 0's log. Used as a context manager: on leaving, the job is stopped
+and its folder removed; when leaving on a failure, the tails of the
+launcher's output and of every role's log are printed first, so that a
+failure on CI says what the job did."""
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,8 +56,18 @@ class RunningJob:
         self.proc = subprocess.Popen(args, stdout=self.log,
                                      stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        self.base = wait_for("the coordinator's metrics address",
-                             self._coordinator_url, 60)
+        try:
+            self.base = wait_for("the coordinator's metrics address",
+                                 self._coordinator_url, 60)
+        except BaseException:
+            self.close(failed=True)
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(failed=exc_type is not None)
 
     def _coordinator_url(self):
         if self.proc.poll() is not None:
@@ -71,6 +85,26 @@ class RunningJob:
 
     def wait(self, timeout_s: float) -> int:
         return self.proc.wait(timeout=timeout_s)
+
+    def print_logs(self, lines: int = 30):
+        """The last `lines` lines of the launcher's output and each log."""
+        if not self.log.closed:
+            self.log.flush()
+        logs = [self.dir / "launch.out"] + sorted(self.run_dir.glob("*.log"))
+        for log in logs:
+            if not log.exists():
+                continue
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            print(f"--- {log.name} (last {len(tail)} lines)")
+            print("\n".join(tail))
+
+    def close(self, failed: bool):
+        """Stops the job (printing its logs first if `failed`) and removes
+        its folder."""
+        self.stop()
+        if failed:
+            self.print_logs()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def stop(self):
         if self.proc.poll() is None:
