@@ -42,11 +42,16 @@
 #include "worker/trainer.h"
 
 namespace hetps {
-namespace {}  // namespace
-
 namespace {
 
 constexpr absl::Duration kJobEndPoll = absl::Milliseconds(500);
+
+// One of StatusToJson's hot_keys: "user:42 (server 1, 31% of requests)".
+std::string FormatHotKey(const nlohmann::json& key) {
+  return absl::StrFormat("%s:%d (server %d, %.0f%% of requests)",
+                         key.value("table", ""), key.value("key", uint64_t{0}),
+                         key.value("server", 0), 100 * key.value("share", 0.0));
+}
 
 // Whether the status shows a job with nothing left for the servers: every
 // worker done, or gone without finishing its data (dead).
@@ -641,6 +646,17 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
              {"cpu_s", server.stats().cpu_s()},
              {"allowed_cpus", server.stats().allowed_cpus()}});
       }
+      // Where the rows' load fell (SPEC §4), as status shows it.
+      const nlohmann::json status_json = StatusToJson(*final_status);
+      summary["server_load"] = nlohmann::json::array();
+      for (const nlohmann::json& server : status_json["servers"]) {
+        nlohmann::json load = server["load"];
+        load["rank"] = server["rank"];
+        summary["server_load"].push_back(std::move(load));
+      }
+      summary["server_load_max_over_mean"] =
+          status_json["server_load_max_over_mean"];
+      summary["hot_keys"] = status_json["hot_keys"];
       summary["diagnostics"] = nlohmann::json::array();
       for (const rpc::Diagnostic& d : final_status->diagnostics()) {
         summary["diagnostics"].push_back(ProtoToJson(d));
@@ -684,6 +700,11 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     }
     std::printf("   per worker: batch %s, busy %s; window %d\n",
                 batches.c_str(), busy.c_str(), final_status->window());
+    if (!summary["hot_keys"].empty()) {
+      std::printf("   servers' load max/mean %.2f; hottest key %s\n",
+                  summary["server_load_max_over_mean"].get<double>(),
+                  FormatHotKey(summary["hot_keys"][0]).c_str());
+    }
   }
   // The diagnostics raised during the run (all in summary.json).
   if (final_status.ok()) {
@@ -806,15 +827,29 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
   for (const auto& s : j["servers"]) {
     const std::string metrics = s.value("metrics_endpoint", "");
     std::printf(
-        "server %d  %s  %s  applies %llu  queue %llu  cpu %.0f%%  rows %s%s\n",
+        "server %d  %s  %s  applies %llu  queue %llu  cpu %.0f%%  rows %s  "
+        "load %.0f%% (%llu rows pulled, %llu pushed)%s\n",
         s["rank"].get<int>(), s["endpoint"].get<std::string>().c_str(),
         s["reachable"].get<bool>() ? "up" : "DOWN",
         static_cast<unsigned long long>(s["applied_rounds"].get<uint64_t>()),
         static_cast<unsigned long long>(s["queue_length"].get<uint64_t>()),
         100 * s["cpu_fraction"].get<double>(), s["table_rows"].dump().c_str(),
+        100 * s["load"]["share"].get<double>(),
+        static_cast<unsigned long long>(
+            s["load"]["pulled_rows"].get<uint64_t>()),
+        static_cast<unsigned long long>(
+            s["load"]["pushed_rows"].get<uint64_t>()),
         metrics.empty()
             ? ""
             : absl::StrCat("  metrics http://", metrics, "/metrics").c_str());
+  }
+  if (!j["hot_keys"].empty()) {
+    std::string keys;
+    for (const auto& k : j["hot_keys"]) {
+      absl::StrAppend(&keys, keys.empty() ? "" : ", ", FormatHotKey(k));
+    }
+    std::printf("hot keys (load max/mean %.2f): %s\n",
+                j["server_load_max_over_mean"].get<double>(), keys.c_str());
   }
   for (const std::string& change : status->window_changes()) {
     std::printf("window change: %s\n", change.c_str());

@@ -512,6 +512,7 @@ rpc::ServerStatus ServerStatusOf(const rpc::TableInfoResponse& info,
   *status.mutable_pull_latency() = info.pull_latency();
   *status.mutable_push_latency() = info.push_latency();
   status.set_metrics_endpoint(info.metrics_endpoint());
+  *status.mutable_access() = info.access();
   return status;
 }
 

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "config/table_schema.h"
 #include "hetps/version.h"
+#include "shard/access_stats.h"
 
 namespace hetps {
 
@@ -257,6 +258,10 @@ absl::StatusOr<rpc::StatusResponse> QueryStatus(
   return response;
 }
 
+namespace {
+constexpr size_t kHotKeysShown = 10;
+}  // namespace
+
 nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
   nlohmann::json j = ProtoToJson(status);
   nlohmann::json throughput = nlohmann::json::object();
@@ -273,8 +278,31 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
       max_staleness = std::max(max_staleness, w["staleness"].get<uint64_t>());
     }
   }
+  // Each server's share of the rows its requests touched, and the hottest
+  // keys (the raw per-bucket totals stay in the proto).
+  uint64_t total_rows = 0, max_rows = 0;
+  uint32_t serving = 0;
+  std::vector<rpc::AccessStats> access;
+  for (const rpc::ServerStatus& s : status.servers()) {
+    const uint64_t rows = SumAccess(s.access()).rows();
+    total_rows += rows;
+    max_rows = std::max(max_rows, rows);
+    serving += rows > 0;
+    access.push_back(s.access());
+  }
   uint64_t queued = 0;
-  for (nlohmann::json& s : j["servers"]) {
+  for (int i = 0; i < status.servers_size(); ++i) {
+    nlohmann::json& s = j["servers"][i];
+    const rpc::AccessStats& a = status.servers(i).access();
+    const AccessTotals totals = SumAccess(a);
+    s["load"] = {{"pulled_rows", totals.pulled_rows},
+                 {"pushed_rows", totals.pushed_rows},
+                 {"bytes", totals.bytes},
+                 {"buckets", totals.buckets},
+                 {"share", total_rows > 0
+                               ? static_cast<double>(totals.rows()) / total_rows
+                               : 0.0}};
+    s.erase("access");
     nlohmann::json rows = nlohmann::json::object();
     for (const nlohmann::json& t : s["tables"]) {
       rows[t["schema"]["name"].get<std::string>()] = t["rows"];
@@ -290,6 +318,14 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
   j["worker_throughput"] = std::move(throughput);
   j["grad_queue_length"] = queued;
   j["max_staleness"] = max_staleness;
+  j["server_load_max_over_mean"] =
+      serving > 0 ? static_cast<double>(max_rows) * serving / total_rows : 0.0;
+  j["hot_keys"] = nlohmann::json::array();
+  for (const ServerHotKey& k : HottestKeys(access, kHotKeysShown)) {
+    nlohmann::json key = ProtoToJson(k.key);
+    key["server"] = status.servers(k.server).rank();
+    j["hot_keys"].push_back(std::move(key));
+  }
   return j;
 }
 

@@ -100,7 +100,10 @@ absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
 // derived for reading (compression_ratio, table_rows, cpu_fraction), and
 // the job at a glance under the names of SPEC §6: window_size,
 // worker_throughput (samples/s of each live worker, by rank),
-// grad_queue_length (pushes queued on all servers), max_staleness.
+// grad_queue_length (pushes queued on all servers), max_staleness; and of
+// SPEC §4's placement: each server's `load` (rows pulled and pushed, bytes,
+// buckets served, share of all rows), server_load_max_over_mean, and the
+// ten hottest keys of all servers (hot_keys).
 nlohmann::json StatusToJson(const rpc::StatusResponse& status);
 
 }  // namespace hetps

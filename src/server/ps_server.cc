@@ -15,6 +15,17 @@
 #include "hetps/version.h"
 
 namespace hetps {
+namespace {
+
+std::vector<std::string> SparseTableNames(const JobConfig& config) {
+  std::vector<std::string> names;
+  for (const TableConfig& table : config.tables) {
+    if (table.kind == TableKind::kSparse) names.push_back(table.name);
+  }
+  return names;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(
     const JobConfig& config, uint32_t rank, uint32_t semi_async_window,
@@ -62,7 +73,8 @@ PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
       rank_(rank),
       clock_(clock),
       shard_map_(std::move(shard_map)),
-      aggregator_(std::move(aggregator)) {}
+      aggregator_(std::move(aggregator)),
+      access_(shard_map_.num_buckets(), SparseTableNames(config), clock) {}
 
 SparseTable* PsServer::sparse_table(const std::string& name) const {
   auto it = sparse_.find(name);
@@ -171,6 +183,8 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
   auto out =
       ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
   aggregator_->PullSparse(request.worker_id(), table, keys, out);
+  access_.Record(Access::kPull, table->config().name, keys,
+                 table->dim() * sizeof(float));
   return absl::OkStatus();
 }
 
@@ -328,6 +342,10 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
   view.clock = *clock;
+  for (const PushView::Sparse& sparse : view.sparse) {
+    access_.Record(Access::kPush, sparse.table->config().name, sparse.keys,
+                   sparse.table->dim() * sizeof(float));
+  }
   return aggregator_->Push(view);
 }
 
@@ -393,6 +411,7 @@ rpc::TableInfoResponse PsServer::Info() const {
   response.mutable_stats()->set_throttled_periods(cpu.throttled);
   pull_latency_.ToProto(response.mutable_pull_latency());
   push_latency_.ToProto(response.mutable_push_latency());
+  access_.ToProto(response.mutable_access());
   absl::MutexLock lock(&metrics_mu_);
   response.set_metrics_endpoint(metrics_endpoint_);
   return response;

@@ -16,6 +16,12 @@
 
 namespace hetps {
 
+// The bucket of `key` among `num_buckets`: fixed for the job, whoever owns
+// the bucket.
+inline uint32_t BucketOfKey(uint64_t key, uint32_t num_buckets) {
+  return ScaleToRange(Mix64(key), num_buckets);
+}
+
 class ShardMap {
  public:
   // Bucket b owned by server b % num_servers; version 1. Both > 0.
@@ -29,7 +35,7 @@ class ShardMap {
   uint32_t num_buckets() const { return static_cast<uint32_t>(owner_.size()); }
 
   uint32_t BucketOf(uint64_t key) const {
-    return ScaleToRange(Mix64(key), num_buckets());
+    return BucketOfKey(key, num_buckets());
   }
   uint32_t ServerOf(uint64_t key) const { return owner_[BucketOf(key)]; }
 
@@ -41,7 +47,9 @@ class ShardMap {
 
  private:
   ShardMap(uint64_t version, uint32_t num_servers, std::vector<uint32_t> owner)
-      : version_(version), num_servers_(num_servers), owner_(std::move(owner)) {}
+      : version_(version),
+        num_servers_(num_servers),
+        owner_(std::move(owner)) {}
 
   uint64_t version_;
   uint32_t num_servers_;

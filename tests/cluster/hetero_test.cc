@@ -293,9 +293,11 @@ std::string GeneratedCriteo(const TempDir& dir, uint64_t samples,
 
 // The reference cluster of bench/hetero (3 fast workers, 7 slow ones, 3
 // servers) at `fast` / `slow` samples/s, FM on `data`, 1 epoch.
-testing::LaunchedJob ReferenceClusterOnCriteo(
-    const TempDir& dir, const std::string& data, const std::string& mode,
-    const std::string& plan, int fast, int slow, double learning_rate) {
+testing::LaunchedJob ReferenceClusterOnCriteo(const TempDir& dir,
+                                              const std::string& data,
+                                              const std::string& mode,
+                                              const std::string& plan, int fast,
+                                              int slow, double learning_rate) {
   return testing::LaunchJob(
       dir, testing::SourcePath("bench/hetero/reference.yaml"),
       {absl::StrCat("mode=", mode), absl::StrCat("planner.batch_plan=", plan),
@@ -424,11 +426,34 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
     EXPECT_THAT(s["metrics_endpoint"].get<std::string>(),
                 ::testing::StartsWith("127.0.0.1:"));
     EXPECT_GT(s["pull_latency"]["counts"].size(), 1u);
+    // issue 14: what its requests touched. Keys hash evenly over 4096
+    // buckets, half of them this server's; lr_emb rows are one float.
+    const auto& load = s["load"];
+    EXPECT_GT(load["pulled_rows"].get<uint64_t>(), 0u);
+    EXPECT_GT(load["pushed_rows"].get<uint64_t>(), 0u);
+    EXPECT_EQ(load["bytes"].get<uint64_t>(),
+              4 * (load["pulled_rows"].get<uint64_t>() +
+                   load["pushed_rows"].get<uint64_t>()));
+    EXPECT_GT(load["buckets"].get<uint32_t>(), 0u);
+    EXPECT_LE(load["buckets"].get<uint32_t>(), 2048u);
+    EXPECT_NEAR(load["share"].get<double>(), 0.5, 0.15);
+    EXPECT_FALSE(s.contains("access")) << "the raw bucket totals";
+  }
+  // 1600 keys over 2 servers: nearly even; the hottest keys of both.
+  EXPECT_LT(j["server_load_max_over_mean"].get<double>(), 1.3);
+  ASSERT_EQ(j["hot_keys"].size(), 10u) << j["hot_keys"].dump();
+  for (const auto& k : j["hot_keys"]) {
+    EXPECT_EQ(k["table"], "lr_emb");
+    EXPECT_LT(k["server"].get<int>(), 2);
+    EXPECT_GT(k["share"].get<double>(), 0.0);
+    EXPECT_LE(k["share"].get<double>(), 1.0);
   }
   EXPECT_THAT(text.output, HasSubstr("[status]"));
   EXPECT_THAT(text.output, HasSubstr("metrics http://127.0.0.1:"));
   EXPECT_THAT(text.output, HasSubstr("window 8"));
   EXPECT_THAT(text.output, HasSubstr("(emulated)"));
+  EXPECT_THAT(text.output, HasSubstr("hot keys (load max/mean "));
+  EXPECT_THAT(text.output, HasSubstr("lr_emb:"));
   // launch printed its live status line while the job ran.
   EXPECT_THAT(launched.output, HasSubstr("[status] "));
 }

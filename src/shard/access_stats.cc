@@ -1,0 +1,216 @@
+#include "shard/access_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/hash.h"
+#include "shard/shard_map.h"
+
+namespace hetps {
+
+HotKeys::HotKeys(size_t capacity, uint32_t width)
+    : capacity_(std::max<size_t>(capacity, 1)),
+      width_(std::max<uint32_t>(width, 1)),
+      counts_(size_t{kDepth} * width_, 0.0) {
+  entries_.reserve(capacity_);
+}
+
+void HotKeys::Offer(uint32_t table, uint64_t key, double weight) {
+  total_ += weight;
+  // One counter a row, each row hashed apart; the estimate is the least.
+  const uint64_t id = Mix64(key ^ Mix64(table + 1));
+  double estimate = 0;
+  for (int row = 0; row < kDepth; ++row) {
+    const uint32_t column =
+        ScaleToRange(Mix64(id + 0x9e3779b97f4a7c15ULL * (row + 1)), width_);
+    double& c = counts_[size_t{row} * width_ + column];
+    c += weight;
+    estimate = row == 0 ? c : std::min(estimate, c);
+  }
+  if (auto it = index_.find(Id{table, key}); it != index_.end()) {
+    entries_[it->second].count = estimate;
+    return;
+  }
+  if (entries_.size() < capacity_) {
+    index_[Id{table, key}] = entries_.size();
+    entries_.push_back({table, key, estimate});
+    return;
+  }
+  // A new candidate displaces the lightest when it outweighs it: a scan of
+  // a few hundred entries, for the rare key that does.
+  size_t min = 0;
+  for (size_t i = 1; i < entries_.size(); ++i) {
+    if (entries_[i].count < entries_[min].count) min = i;
+  }
+  Entry& e = entries_[min];
+  if (estimate <= e.count) return;
+  index_.erase(Id{e.table, e.key});
+  index_[Id{table, key}] = min;
+  e = {table, key, estimate};
+}
+
+void HotKeys::Halve() {
+  for (double& c : counts_) c /= 2;
+  for (Entry& e : entries_) e.count /= 2;
+  total_ /= 2;
+}
+
+double HotKeys::error() const { return std::exp(1.0) / width_ * total_; }
+
+std::vector<HotKeys::Entry> HotKeys::Top(size_t n) const {
+  std::vector<Entry> top = entries_;
+  n = std::min(n, top.size());
+  std::partial_sort(top.begin(), top.begin() + n, top.end(),
+                    [](const Entry& a, const Entry& b) {
+                      return a.count > b.count ||
+                             (a.count == b.count && a.key < b.key);
+                    });
+  top.resize(n);
+  return top;
+}
+
+namespace {
+
+// Threads take lanes in turn, so that a server's handler threads rarely
+// share one.
+int ThreadLane(int lanes) {
+  static std::atomic<int> next{0};
+  thread_local const int lane = next.fetch_add(1, std::memory_order_relaxed);
+  return lane % lanes;
+}
+
+// A request's keys counted per bucket: one array per thread, as long as the
+// largest bucket count seen, and the buckets touched (to add and reset
+// only those).
+struct Scratch {
+  std::vector<uint32_t> rows;
+  std::vector<uint32_t> touched;
+};
+
+Scratch& ThreadScratch(uint32_t num_buckets) {
+  thread_local Scratch scratch;
+  if (scratch.rows.size() < num_buckets) scratch.rows.resize(num_buckets, 0);
+  return scratch;
+}
+
+}  // namespace
+
+AccessRecorder::AccessRecorder(uint32_t num_buckets,
+                               std::vector<std::string> sparse_tables,
+                               Clock& clock)
+    : num_buckets_(num_buckets),
+      tables_(std::move(sparse_tables)),
+      clock_(clock),
+      lanes_(std::make_unique<Lane[]>(kLanes)),
+      hot_(kHotKeyCapacity, kSketchWidth),
+      next_halving_(clock.Now() + kHalfLife) {
+  for (int i = 0; i < kLanes; ++i) {
+    absl::MutexLock lock(&lanes_[i].mu);
+    lanes_[i].pulled.assign(num_buckets, 0);
+    lanes_[i].pushed.assign(num_buckets, 0);
+    lanes_[i].bytes.assign(num_buckets, 0);
+  }
+}
+
+void AccessRecorder::Record(Access access, std::string_view table,
+                            std::span<const uint64_t> keys,
+                            uint64_t row_bytes) {
+  const auto found = std::find(tables_.begin(), tables_.end(), table);
+  if (found == tables_.end() || keys.empty()) return;
+  const uint32_t table_id = static_cast<uint32_t>(found - tables_.begin());
+
+  Scratch& scratch = ThreadScratch(num_buckets_);
+  for (uint64_t key : keys) {
+    const uint32_t b = BucketOfKey(key, num_buckets_);
+    if (scratch.rows[b]++ == 0) scratch.touched.push_back(b);
+  }
+  {
+    Lane& lane = lanes_[ThreadLane(kLanes)];
+    absl::MutexLock lock(&lane.mu);
+    std::vector<uint64_t>& rows =
+        access == Access::kPull ? lane.pulled : lane.pushed;
+    for (uint32_t b : scratch.touched) {
+      rows[b] += scratch.rows[b];
+      lane.bytes[b] += scratch.rows[b] * row_bytes;
+      scratch.rows[b] = 0;
+    }
+  }
+  scratch.touched.clear();
+
+  // Evenly spaced keys, from an offset that moves with every request, each
+  // standing for `stride` keys.
+  const size_t stride =
+      (keys.size() + kSampledKeysPerRequest - 1) / kSampledKeysPerRequest;
+  const size_t first =
+      requests_.fetch_add(1, std::memory_order_relaxed) % stride;
+  const absl::Time now = clock_.Now();
+  absl::MutexLock lock(&hot_mu_);
+  for (; now >= next_halving_; next_halving_ += kHalfLife) {
+    hot_.Halve();
+    decayed_requests_ /= 2;
+  }
+  decayed_requests_ += 1;
+  for (size_t i = first; i < keys.size(); i += stride) {
+    hot_.Offer(table_id, keys[i], static_cast<double>(stride));
+  }
+}
+
+void AccessRecorder::ToProto(rpc::AccessStats* out, size_t top_keys) const {
+  std::vector<uint64_t> pulled(num_buckets_), pushed(num_buckets_),
+      bytes(num_buckets_);
+  for (int i = 0; i < kLanes; ++i) {
+    Lane& lane = lanes_[i];
+    absl::MutexLock lock(&lane.mu);
+    for (uint32_t b = 0; b < num_buckets_; ++b) {
+      pulled[b] += lane.pulled[b];
+      pushed[b] += lane.pushed[b];
+      bytes[b] += lane.bytes[b];
+    }
+  }
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    if (pulled[b] == 0 && pushed[b] == 0) continue;
+    out->add_buckets(b);
+    out->add_pulled_rows(pulled[b]);
+    out->add_pushed_rows(pushed[b]);
+    out->add_bytes(bytes[b]);
+  }
+  out->set_half_life_s(absl::ToDoubleSeconds(kHalfLife));
+  absl::MutexLock lock(&hot_mu_);
+  for (const HotKeys::Entry& e : hot_.Top(top_keys)) {
+    rpc::HotKey* k = out->add_hot_keys();
+    k->set_table(tables_[e.table]);
+    k->set_key(e.key);
+    k->set_requests(e.count);
+    k->set_error(hot_.error());
+    // (sampling can put an estimate above the requests themselves)
+    k->set_share(decayed_requests_ > 0
+                     ? std::min(1.0, e.count / decayed_requests_)
+                     : 0.0);
+  }
+}
+
+AccessTotals SumAccess(const rpc::AccessStats& stats) {
+  AccessTotals totals;
+  totals.buckets = static_cast<uint32_t>(stats.buckets_size());
+  for (uint64_t n : stats.pulled_rows()) totals.pulled_rows += n;
+  for (uint64_t n : stats.pushed_rows()) totals.pushed_rows += n;
+  for (uint64_t n : stats.bytes()) totals.bytes += n;
+  return totals;
+}
+
+std::vector<ServerHotKey> HottestKeys(std::span<const rpc::AccessStats> stats,
+                                      size_t n) {
+  std::vector<ServerHotKey> keys;
+  for (uint32_t s = 0; s < stats.size(); ++s) {
+    for (const rpc::HotKey& key : stats[s].hot_keys()) keys.push_back({s, key});
+  }
+  n = std::min(n, keys.size());
+  std::partial_sort(keys.begin(), keys.begin() + n, keys.end(),
+                    [](const ServerHotKey& a, const ServerHotKey& b) {
+                      return a.key.requests() > b.key.requests();
+                    });
+  keys.resize(n);
+  return keys;
+}
+
+}  // namespace hetps

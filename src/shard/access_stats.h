@@ -1,0 +1,137 @@
+// What a server's requests touch, for placement by measured load (SPEC §4):
+// per bucket, the rows pulled and pushed and the bytes they carry, and the
+// hottest keys. The server records (AccessRecorder); the coordinator reads
+// the totals through GetTableInfo (rpc::AccessStats) and takes differences.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "hetps.pb.h"
+
+namespace hetps {
+
+// The hottest (table, key) pairs of a weighted stream: a count-min sketch
+// (kDepth rows of `width` counters) estimates every key's weight, never
+// under the truth and, but for a small probability, over it by at most
+// e / width of the total weight (Cormode and Muthukrishnan); the
+// `capacity` keys with the largest estimates so far are kept beside it.
+// Space-saving alone would miss them here: a key in every request is only
+// 1/R of the keys when requests carry R keys. Not thread-safe.
+class HotKeys {
+ public:
+  static constexpr int kDepth = 4;
+
+  HotKeys(size_t capacity, uint32_t width);
+
+  void Offer(uint32_t table, uint64_t key, double weight);
+  // Halves every count (the sketch forgets at a steady rate).
+  void Halve();
+
+  struct Entry {
+    uint32_t table;
+    uint64_t key;
+    double count;  // the sketch's estimate
+  };
+  // The `n` heaviest, heaviest first.
+  std::vector<Entry> Top(size_t n) const;
+  size_t size() const { return entries_.size(); }
+  // What an estimate may exceed the truth by: e / width of the total.
+  double error() const;
+
+ private:
+  struct Id {
+    uint32_t table;
+    uint64_t key;
+    bool operator==(const Id&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const Id& id) {
+      return H::combine(std::move(h), id.table, id.key);
+    }
+  };
+  size_t capacity_;
+  uint32_t width_;
+  std::vector<double> counts_;  // kDepth rows of width_
+  double total_ = 0;
+  std::vector<Entry> entries_;             // the candidates
+  absl::flat_hash_map<Id, size_t> index_;  // → entries_
+};
+
+enum class Access { kPull, kPush };
+
+// Records a server's sparse requests. Thread-safe: a request's keys are
+// counted per bucket in a per-thread scratch array, then added to the
+// totals once per bucket touched (in the thread's lane), and at most
+// kSampledKeysPerRequest keys of a request, evenly spaced and weighted by
+// the spacing, reach the HotKeys sketch under its lock.
+class AccessRecorder {
+ public:
+  static constexpr size_t kSampledKeysPerRequest = 32;
+  static constexpr size_t kHotKeyCapacity = 256;
+  static constexpr uint32_t kSketchWidth = 1 << 14;
+  static constexpr absl::Duration kHalfLife = absl::Seconds(10);
+
+  // `sparse_tables`: the names Record may be called with.
+  AccessRecorder(uint32_t num_buckets, std::vector<std::string> sparse_tables,
+                 Clock& clock);
+
+  // One request's `keys` of `table` (a name given at construction; others
+  // are ignored), each row `row_bytes` long.
+  void Record(Access access, std::string_view table,
+              std::span<const uint64_t> keys, uint64_t row_bytes);
+
+  // The totals of every bucket served so far and the `top_keys` hottest.
+  void ToProto(rpc::AccessStats* out, size_t top_keys = 16) const;
+
+ private:
+  const uint32_t num_buckets_;
+  const std::vector<std::string> tables_;
+  Clock& clock_;
+  // The totals, split in lanes: a thread adds to its own lane (threads
+  // take lanes in turn) under the lane's lock, held for one request's
+  // buckets; reading sums the lanes.
+  static constexpr int kLanes = 8;
+  struct Lane {
+    absl::Mutex mu;
+    std::vector<uint64_t> pulled ABSL_GUARDED_BY(mu);
+    std::vector<uint64_t> pushed ABSL_GUARDED_BY(mu);
+    std::vector<uint64_t> bytes ABSL_GUARDED_BY(mu);
+  };
+  std::unique_ptr<Lane[]> lanes_;
+  std::atomic<uint64_t> requests_{0};  // spreads the sampled keys' offsets
+
+  mutable absl::Mutex hot_mu_;
+  HotKeys hot_ ABSL_GUARDED_BY(hot_mu_);
+  double decayed_requests_ ABSL_GUARDED_BY(hot_mu_) = 0;
+  absl::Time next_halving_ ABSL_GUARDED_BY(hot_mu_);
+};
+
+// A server's AccessStats summed over its buckets.
+struct AccessTotals {
+  uint64_t pulled_rows = 0;
+  uint64_t pushed_rows = 0;
+  uint64_t bytes = 0;
+  uint32_t buckets = 0;  // buckets served at least once
+  uint64_t rows() const { return pulled_rows + pushed_rows; }
+};
+AccessTotals SumAccess(const rpc::AccessStats& stats);
+
+// The servers' hot keys merged (a key lives on one server, so no key
+// appears twice), the `n` hottest first; `server` indexes `stats`.
+struct ServerHotKey {
+  uint32_t server;
+  rpc::HotKey key;
+};
+std::vector<ServerHotKey> HottestKeys(std::span<const rpc::AccessStats> stats,
+                                      size_t n);
+
+}  // namespace hetps
