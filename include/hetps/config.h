@@ -94,12 +94,27 @@ struct ServerOptions {
   int table_stripes = 64;            // lock stripes per sparse table
 };
 
+// A worker's hot-row cache (SPEC §4; src/client/hot_row_cache.h): rows
+// in at least `hot_share` of the worker's recent pulls are kept, and read
+// from the cache instead of the server while their version lags the
+// server's by at most the bound — `max_lag` applies; 0: one window
+// (semi_async) or one push of every worker (async). The servers enforce
+// and record the bound (AggregatorStats.read_lag_*). Sync reads exact
+// rows: no cache there.
+struct HotRowsConfig {
+  bool enabled = false;
+  double hot_share = 0.2;
+  uint64_t max_lag = 0;
+  uint64_t max_rows = 1 << 20;  // rows kept, per table
+};
+
 struct ClientOptions {
   double connect_deadline_s = 30;  // give up on an unreachable server
   double rpc_timeout_s = 600;      // per call (sync pulls may wait)
   double initial_backoff_s = 0.05;
   double max_backoff_s = 1.0;
   double heartbeat_interval_s = 1.0;
+  HotRowsConfig hot_rows;
 };
 
 // Where samples come from and how they are split (data/reader.h).

@@ -62,6 +62,17 @@ struct PushEncoding {
   uint64_t sent_value_bytes = 0;
 };
 
+// What a client's sparse pulls cost: rows pulled from the servers and the
+// bytes of their keys and values, rows read from the hot-row cache
+// (client.hot_rows) instead, and cached rows pulled again because their
+// copy lagged the server by more than the bound. Totals since Connect.
+struct PullStats {
+  uint64_t pulled_rows = 0;
+  uint64_t pulled_bytes = 0;
+  uint64_t cached_rows = 0;
+  uint64_t refetched_rows = 0;
+};
+
 // Whether the caller promises that a key list has no duplicates.
 enum class KeySet { kMayRepeat, kUnique };
 
@@ -112,6 +123,7 @@ class PsClient {
   void Rejoined(uint32_t incarnation);
 
   const std::vector<std::string>& endpoints() const;
+  PullStats pull_stats() const;
 
  private:
   // src/client/ps_client_factory.h: builds clients on an injected clock

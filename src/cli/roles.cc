@@ -46,6 +46,30 @@ namespace {
 
 constexpr absl::Duration kJobEndPoll = absl::Milliseconds(500);
 
+// The servers' record of the hot-row caches' lag (AggregatorStats.read_lag_*)
+// summed over servers: pushes computed from cached rows, the histogram of
+// their lags, the largest, the bound and the pushes over it.
+nlohmann::json ReadLagSummary(const rpc::StatusResponse& status) {
+  uint64_t pushes = 0, max_lag = 0, bound = 0, violations = 0;
+  std::vector<uint64_t> counts;
+  for (const rpc::ServerStatus& server : status.servers()) {
+    const rpc::AggregatorStats& s = server.stats();
+    pushes += s.cached_pushes();
+    max_lag = std::max(max_lag, s.max_read_lag());
+    bound = std::max(bound, s.read_lag_bound());
+    violations += s.read_lag_violations();
+    counts.resize(std::max<size_t>(counts.size(), s.read_lag_counts_size()));
+    for (int i = 0; i < s.read_lag_counts_size(); ++i) {
+      counts[i] += s.read_lag_counts(i);
+    }
+  }
+  return {{"cached_pushes", pushes},
+          {"max", max_lag},
+          {"bound", bound},
+          {"violations", violations},
+          {"counts", counts}};
+}
+
 // One of StatusToJson's hot_keys: "user:42 (server 1, 31% of requests)".
 std::string FormatHotKey(const nlohmann::json& key) {
   return absl::StrFormat("%s:%d (server %d, %.0f%% of requests)",
@@ -585,8 +609,14 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     nlohmann::json per_worker = nlohmann::json::array();
     uint64_t raw_bytes = 0, sent_bytes = 0;
     uint64_t raw_value_bytes = 0, sent_value_bytes = 0;
+    uint64_t pulled_rows = 0, pulled_bytes = 0, cached_rows = 0;
+    uint64_t refetched_rows = 0;
     nlohmann::json sent_by_codec = nlohmann::json::object();
     for (auto& [rank, r] : reports.by_rank) {
+      pulled_rows += r.value("pulled_rows", uint64_t{0});
+      pulled_bytes += r.value("pulled_bytes", uint64_t{0});
+      cached_rows += r.value("cached_rows", uint64_t{0});
+      refetched_rows += r.value("refetched_rows", uint64_t{0});
       raw_bytes += r.value("raw_bytes", uint64_t{0});
       sent_bytes += r.value("sent_bytes", uint64_t{0});
       raw_value_bytes += r.value("raw_value_bytes", uint64_t{0});
@@ -621,6 +651,11 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     summary["compression_ratio"] =
         sent_bytes > 0 ? static_cast<double>(raw_bytes) / sent_bytes : 1.0;
     // Gradient values only: keys are 8 bytes in every codec.
+    // Sparse pulls, and what the hot-row cache (client.hot_rows) saved.
+    summary["pulled_rows"] = pulled_rows;
+    summary["pulled_bytes"] = pulled_bytes;
+    summary["cached_rows"] = cached_rows;
+    summary["refetched_rows"] = refetched_rows;
     summary["gradient_value_bytes_raw"] = raw_value_bytes;
     summary["gradient_value_bytes_sent"] = sent_value_bytes;
     summary["value_compression_ratio"] =
@@ -657,6 +692,8 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       summary["server_load_max_over_mean"] =
           status_json["server_load_max_over_mean"];
       summary["hot_keys"] = status_json["hot_keys"];
+      if (config.client.hot_rows.enabled)
+        summary["read_lag"] = ReadLagSummary(*final_status);
       summary["diagnostics"] = nlohmann::json::array();
       for (const rpc::Diagnostic& d : final_status->diagnostics()) {
         summary["diagnostics"].push_back(ProtoToJson(d));
@@ -700,6 +737,19 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     }
     std::printf("   per worker: batch %s, busy %s; window %d\n",
                 batches.c_str(), busy.c_str(), final_status->window());
+    if (summary.contains("read_lag")) {
+      const uint64_t cached = summary["cached_rows"].get<uint64_t>();
+      const uint64_t pulled = summary["pulled_rows"].get<uint64_t>();
+      const nlohmann::json& lag = summary["read_lag"];
+      std::printf(
+          "   hot-row cache: %.0f%% of rows read from it, %.1f MB pulled; "
+          "lag <= %llu applies (bound %llu, %llu pushes over)\n",
+          cached + pulled > 0 ? 100.0 * cached / (cached + pulled) : 0.0,
+          summary["pulled_bytes"].get<uint64_t>() / 1e6,
+          static_cast<unsigned long long>(lag["max"].get<uint64_t>()),
+          static_cast<unsigned long long>(lag["bound"].get<uint64_t>()),
+          static_cast<unsigned long long>(lag["violations"].get<uint64_t>()));
+    }
     if (!summary["hot_keys"].empty()) {
       std::printf("   servers' load max/mean %.2f; hottest key %s\n",
                   summary["server_load_max_over_mean"].get<double>(),
@@ -813,7 +863,7 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
     const rpc::WorkerProgress& p = w.progress();
     std::printf(
         "worker %u  %-5s%s clock %llu  batch %u x%u  %.0f samples/s "
-        "(%.0f when busy)  busy %.0f%%  staleness %llu  codec %s (%.1fx)  "
+        "(%.0f when busy)  busy %.0f%%  staleness %llu  codec %s (%.1fx)%s  "
         "heartbeat %.1fs ago %s\n",
         w.rank(), w.live() ? "live" : "gone", p.emulated() ? " (emulated)" : "",
         static_cast<unsigned long long>(p.clock()), p.batch_size(),
@@ -822,6 +872,12 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
         p.codec().c_str(),
         p.sent_bytes() > 0 ? static_cast<double>(p.raw_bytes()) / p.sent_bytes()
                            : 1.0,
+        p.cached_rows() > 0
+            ? absl::StrFormat("  cache %.0f%% of rows",
+                              100.0 * p.cached_rows() /
+                                  (p.cached_rows() + p.pulled_rows()))
+                  .c_str()
+            : "",
         w.last_heartbeat_age_s(), w.left_reason().c_str());
   }
   for (const auto& s : j["servers"]) {

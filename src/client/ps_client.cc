@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "client/hot_row_cache.h"
 #include "client/ps_client_factory.h"
 #include "client/unique_keys.h"
 #include "common/bytes.h"
@@ -29,6 +30,9 @@
 
 namespace hetps {
 namespace {
+
+// The hot-row cache drops rows too old to be read every this many pulls.
+constexpr uint64_t kExpireEveryPulls = 64;
 
 struct ServerConn {
   std::string endpoint;
@@ -97,6 +101,33 @@ struct PsClient::Impl {
   // Residuals of lossy encodes (options.error_feedback). Pushes of one
   // client are serialized by its caller (PsClient::Push's contract).
   ErrorFeedback feedback;
+
+  // Rows pulled from the servers (and their key and value bytes), read
+  // from the hot-row cache, and pulled again because the cached copy was
+  // over the bound.
+  std::atomic<uint64_t> pulled_rows{0};
+  std::atomic<uint64_t> pulled_bytes{0};
+  std::atomic<uint64_t> cached_rows{0};
+  std::atomic<uint64_t> refetched_rows{0};
+
+  // The hot-row cache (options.rpc.hot_rows; workers only, null otherwise)
+  // and what it knows of the servers.
+  absl::Mutex cache_mu;
+  std::unique_ptr<HotRowCache> cache;
+  absl::flat_hash_map<std::string, uint32_t> cache_tables
+      ABSL_GUARDED_BY(cache_mu);
+  // Each server's applies as its latest pull reply said, the bound its
+  // replies carry, and per server the oldest version of a row read since
+  // the last push (PushRequest.oldest_read).
+  std::vector<uint64_t> server_applies ABSL_GUARDED_BY(cache_mu);
+  uint64_t read_lag_bound ABSL_GUARDED_BY(cache_mu) = 0;
+  std::vector<std::optional<uint64_t>> oldest_read ABSL_GUARDED_BY(cache_mu);
+  uint64_t pulls_since_expiry ABSL_GUARDED_BY(cache_mu) = 0;
+
+  uint32_t CacheTableId(const std::string& table)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu) {
+    return cache_tables.try_emplace(table, cache_tables.size()).first->second;
+  }
 
   // Starts one RPC for `server`; must call `done` exactly once.
   using StartFn = std::function<void(uint32_t server, grpc::ClientContext*,
@@ -247,6 +278,12 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClientFactory::Connect(
     impl->servers.push_back({.endpoint = endpoint, .stub = stubs(endpoint)});
   }
   if (auto s = impl->Handshake(); !s.ok()) return s;
+  if (options.rpc.hot_rows.enabled && options.worker_id != kReaderId) {
+    absl::MutexLock lock(&impl->cache_mu);
+    impl->cache = std::make_unique<HotRowCache>(options.rpc.hot_rows);
+    impl->server_applies.assign(impl->servers.size(), 0);
+    impl->oldest_read.assign(impl->servers.size(), std::nullopt);
+  }
   return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
 }
 
@@ -261,6 +298,13 @@ void PsClient::Rejoined(uint32_t incarnation) {
 
 const std::vector<std::string>& PsClient::endpoints() const {
   return impl_->options.endpoints;
+}
+
+PullStats PsClient::pull_stats() const {
+  return {.pulled_rows = impl_->pulled_rows.load(),
+          .pulled_bytes = impl_->pulled_bytes.load(),
+          .cached_rows = impl_->cached_rows.load(),
+          .refetched_rows = impl_->refetched_rows.load()};
 }
 
 absl::StatusOr<uint64_t> PsClient::TableDim(const std::string& table) const {
@@ -300,42 +344,135 @@ absl::Status PsClient::PullSparse(const std::string& table,
   }
 
   const ShardMap& map = *impl_->shard_map;
+  const uint32_t n = map.num_servers();
   auto positions = PartitionByServer(map, unique);
-  std::vector<rpc::PullSparseRequest> requests(map.num_servers());
-  std::vector<rpc::PullSparseResponse> responses(map.num_servers());
-  std::vector<uint32_t> targets;
-  for (uint32_t s = 0; s < map.num_servers(); ++s) {
-    if (positions[s].empty()) continue;
-    targets.push_back(s);
-    rpc::PullSparseRequest& req = requests[s];
-    req.set_protocol_version(kProtocolVersion);
-    req.set_table(table);
-    req.set_dim(static_cast<uint32_t>(dim));
-    req.set_worker_id(impl_->options.worker_id);
-    req.set_incarnation(impl_->incarnation.load());
-    req.set_clock(impl_->clock.load());
-    auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
-    for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
-  }
-  absl::Status status = impl_->CallAll(
-      targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-        impl_->servers[s].stub->async()->PullSparse(
-            ctx, &requests[s], &responses[s], std::move(done));
-      });
-  if (!status.ok()) return status;
-  for (uint32_t s : targets) {
-    const std::string& bytes = responses[s].values();
-    if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
-      return absl::InternalError(
-          absl::StrCat("server ", s, " (", impl_->servers[s].endpoint,
-                       ") returned ", bytes.size(), " bytes for ",
-                       positions[s].size(), " rows of dim ", dim));
+  std::vector<rpc::PullSparseResponse> responses(n);
+  // Asks `targets` for the rows at `positions` (perhaps none: the pull is
+  // still the step's gate and reports the server's applies).
+  auto fetch = [&](const std::vector<std::vector<uint32_t>>& positions,
+                   const std::vector<uint32_t>& targets) -> absl::Status {
+    std::vector<rpc::PullSparseRequest> requests(n);
+    for (uint32_t s : targets) {
+      rpc::PullSparseRequest& req = requests[s];
+      req.set_protocol_version(kProtocolVersion);
+      req.set_table(table);
+      req.set_dim(static_cast<uint32_t>(dim));
+      req.set_worker_id(impl_->options.worker_id);
+      req.set_incarnation(impl_->incarnation.load());
+      req.set_clock(impl_->clock.load());
+      auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
+      for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
     }
-    const char* src = bytes.data();
-    const size_t row_bytes = dim * sizeof(float);
-    for (uint32_t pos : positions[s]) {
-      std::memcpy(&rows[pos * dim], src, row_bytes);
-      src += row_bytes;
+    absl::Status status = impl_->CallAll(
+        targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+          impl_->servers[s].stub->async()->PullSparse(
+              ctx, &requests[s], &responses[s], std::move(done));
+        });
+    if (!status.ok()) return status;
+    for (uint32_t s : targets) {
+      const std::string& bytes = responses[s].values();
+      if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
+        return absl::InternalError(
+            absl::StrCat("server ", s, " (", impl_->servers[s].endpoint,
+                         ") returned ", bytes.size(), " bytes for ",
+                         positions[s].size(), " rows of dim ", dim));
+      }
+      const char* src = bytes.data();
+      const size_t row_bytes = dim * sizeof(float);
+      for (uint32_t pos : positions[s]) {
+        std::memcpy(&rows[pos * dim], src, row_bytes);
+        src += row_bytes;
+      }
+      impl_->pulled_rows += positions[s].size();
+      impl_->pulled_bytes +=
+          positions[s].size() * sizeof(uint64_t) + bytes.size();
+    }
+    return absl::OkStatus();
+  };
+
+  HotRowCache* cache = impl_->cache.get();
+  // Rows read from the cache, per server: their positions and versions.
+  std::vector<std::vector<std::pair<uint32_t, uint64_t>>> cached(n);
+  uint32_t table_id = 0;
+  if (cache != nullptr) {
+    absl::MutexLock lock(&impl_->cache_mu);
+    table_id = impl_->CacheTableId(table);
+    cache->Observe(table_id, unique);
+    for (uint32_t s = 0; s < n; ++s) {
+      const uint64_t known = impl_->server_applies[s];
+      const uint64_t bound = impl_->read_lag_bound;
+      const uint64_t min_version = known > bound ? known - bound : 0;
+      std::vector<uint32_t> missing;
+      for (uint32_t pos : positions[s]) {
+        auto version = cache->Read(table_id, unique[pos], min_version,
+                                   rows.subspan(pos * dim, dim));
+        if (version) {
+          cached[s].push_back({pos, *version});
+        } else {
+          missing.push_back(pos);
+        }
+      }
+      positions[s] = std::move(missing);
+    }
+  }
+  std::vector<uint32_t> targets;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (!positions[s].empty() || !cached[s].empty()) targets.push_back(s);
+  }
+  if (auto s = fetch(positions, targets); !s.ok()) return s;
+  if (cache != nullptr) {
+    // What the servers said: their applies at the read (the version of
+    // the rows pulled) and the bound; a cached row over it is pulled again.
+    std::vector<std::vector<uint32_t>> again(n);
+    std::vector<uint32_t> again_targets;
+    {
+      absl::MutexLock lock(&impl_->cache_mu);
+      for (uint32_t s : targets) {
+        const uint64_t applies = responses[s].applied_rounds();
+        const uint64_t bound = responses[s].max_read_lag();
+        impl_->server_applies[s] = std::max(impl_->server_applies[s], applies);
+        impl_->read_lag_bound = bound;
+        uint64_t oldest = applies;
+        for (uint32_t pos : positions[s]) {
+          if (cache->IsHot(table_id, unique[pos])) {
+            cache->Store(table_id, unique[pos], applies,
+                         rows.subspan(pos * dim, dim));
+          }
+        }
+        for (const auto& [pos, version] : cached[s]) {
+          if (applies > version + bound) {
+            again[s].push_back(pos);
+          } else {
+            oldest = std::min(oldest, version);
+          }
+        }
+        if (!again[s].empty()) again_targets.push_back(s);
+        const size_t used = cached[s].size() - again[s].size();
+        impl_->cached_rows += used;
+        if (used > 0) {
+          auto& read = impl_->oldest_read[s];
+          read = read ? std::min(*read, oldest) : oldest;
+        }
+      }
+      if (++impl_->pulls_since_expiry >= kExpireEveryPulls) {
+        impl_->pulls_since_expiry = 0;
+        const std::vector<uint64_t>& applies = impl_->server_applies;
+        const uint64_t bound = impl_->read_lag_bound;
+        cache->Expire(table_id, [&](uint64_t key, uint64_t version) {
+          return applies[map.ServerOf(key)] > version + bound;
+        });
+      }
+    }
+    if (!again_targets.empty()) {
+      for (uint32_t s : again_targets) impl_->refetched_rows += again[s].size();
+      if (auto s = fetch(again, again_targets); !s.ok()) return s;
+      absl::MutexLock lock(&impl_->cache_mu);
+      for (uint32_t s : again_targets) {
+        for (uint32_t pos : again[s]) {
+          cache->Store(table_id, unique[pos], responses[s].applied_rounds(),
+                       rows.subspan(pos * dim, dim));
+        }
+      }
     }
   }
   if (repeated) {
@@ -531,6 +668,16 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
       targets.push_back(s);
     }
   }
+  if (impl_->cache != nullptr) {
+    // The oldest rows the gradient was computed from, for the servers'
+    // record of the cache's lag.
+    absl::MutexLock lock(&impl_->cache_mu);
+    for (uint32_t s : targets) {
+      if (impl_->oldest_read[s]) {
+        requests[s].set_oldest_read(*impl_->oldest_read[s]);
+      }
+    }
+  }
   std::vector<rpc::PushResponse> responses(n);
   absl::Status status = impl_->CallAll(
       targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
@@ -538,6 +685,14 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
                                               std::move(done));
       });
   if (!status.ok()) return status;
+  if (impl_->cache != nullptr) {
+    absl::MutexLock lock(&impl_->cache_mu);
+    for (uint32_t s = 0; s < n; ++s) {
+      impl_->oldest_read[s].reset();
+      impl_->server_applies[s] =
+          std::max(impl_->server_applies[s], responses[s].applied_rounds());
+    }
+  }
   impl_->clock.fetch_add(1);
   if (encoding != nullptr) {
     encoding->raw_bytes += raw_bytes;

@@ -87,12 +87,21 @@ void Fields(ServerOptions& c, Visit&& visit) {
 }
 
 template <typename Visit>
+void Fields(HotRowsConfig& c, Visit&& visit) {
+  visit("enabled", c.enabled);
+  visit("hot_share", c.hot_share);
+  visit("max_lag", c.max_lag);
+  visit("max_rows", c.max_rows);
+}
+
+template <typename Visit>
 void Fields(ClientOptions& c, Visit&& visit) {
   visit("connect_deadline_s", c.connect_deadline_s);
   visit("rpc_timeout_s", c.rpc_timeout_s);
   visit("initial_backoff_s", c.initial_backoff_s);
   visit("max_backoff_s", c.max_backoff_s);
   visit("heartbeat_interval_s", c.heartbeat_interval_s);
+  visit("hot_rows", c.hot_rows);
 }
 
 template <typename Visit>

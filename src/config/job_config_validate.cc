@@ -151,6 +151,22 @@ absl::Status ValidateServer(const ServerOptions& server, int num_servers) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateHotRows(const HotRowsConfig& hot_rows,
+                             ConsistencyMode mode) {
+  if (!hot_rows.enabled) return absl::OkStatus();
+  if (mode == ConsistencyMode::kSync) {
+    return Invalid(
+        "client.hot_rows.enabled: sync reads exact rows, a cache has nothing "
+        "to skip; use semi_async or async");
+  }
+  if (!(hot_rows.hot_share > 0 && hot_rows.hot_share <= 1)) {
+    return Invalid("client.hot_rows.hot_share: must be in (0, 1], got ",
+                   hot_rows.hot_share);
+  }
+  return CheckAtLeast<uint64_t>("client.hot_rows.max_rows", hot_rows.max_rows,
+                                1);
+}
+
 absl::Status ValidateClient(const ClientOptions& client,
                             const ServerOptions& server) {
   CONFIG_RETURN_IF_ERROR(
@@ -399,10 +415,10 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("window", config.window, 0));
   CONFIG_RETURN_IF_ERROR(ValidateServer(config.server, config.num_servers()));
   CONFIG_RETURN_IF_ERROR(ValidateClient(config.client, config.server));
+  CONFIG_RETURN_IF_ERROR(ValidateHotRows(config.client.hot_rows, config.mode));
   CONFIG_RETURN_IF_ERROR(ValidateTrain(config.train));
   CONFIG_RETURN_IF_ERROR(ValidateAuth(config.auth));
-  CONFIG_RETURN_IF_ERROR(
-      ValidateMetrics(config.metrics, config.num_servers()));
+  CONFIG_RETURN_IF_ERROR(ValidateMetrics(config.metrics, config.num_servers()));
   CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_failures",
                                       config.cluster.max_worker_failures, 0));

@@ -156,6 +156,8 @@ class Aggregator {
 
   // semi_async: the new window (>= 1); other modes ignore it.
   virtual void SetWindow(uint32_t) {}
+  // semi_async: the window now; other modes have none (0).
+  virtual uint32_t window() const { return 0; }
 
   virtual AggregatorStats Stats() const = 0;
 };

@@ -182,6 +182,14 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
   }
   auto out =
       ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
+  if (config_.client.hot_rows.enabled) {
+    // The rows' version, taken before they are read: an apply during the
+    // read can only make them newer than it says.
+    const uint64_t applies = aggregator_->applied_rounds();
+    response->set_applied_rounds(applies);
+    response->set_max_read_lag(ReadLagBound());
+    RecordRead(request.worker_id(), *clock, applies);
+  }
   aggregator_->PullSparse(request.worker_id(), table, keys, out);
   access_.Record(Access::kPull, table->config().name, keys,
                  table->dim() * sizeof(float));
@@ -342,11 +350,46 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
   view.clock = *clock;
+  if (request.has_oldest_read()) {
+    RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
+  }
   for (const PushView::Sparse& sparse : view.sparse) {
     access_.Record(Access::kPush, sparse.table->config().name, sparse.keys,
                    sparse.table->dim() * sizeof(float));
   }
   return aggregator_->Push(view);
+}
+
+uint64_t PsServer::ReadLagBound() const {
+  const HotRowsConfig& hot_rows = config_.client.hot_rows;
+  if (hot_rows.max_lag > 0) return hot_rows.max_lag;
+  if (config_.mode == ConsistencyMode::kSemiAsync) {
+    return aggregator_->window();
+  }
+  return static_cast<uint64_t>(config_.num_workers());
+}
+
+void PsServer::RecordRead(uint32_t worker, uint64_t clock, uint64_t applies) {
+  absl::MutexLock lock(&reads_mu_);
+  StepRead& read = step_reads_[worker];
+  if (read.clock != clock) read = {clock, applies};
+}
+
+void PsServer::RecordCachedPush(uint32_t worker, uint64_t clock,
+                                uint64_t oldest_read) {
+  const uint64_t bound = ReadLagBound();
+  absl::MutexLock lock(&reads_mu_);
+  auto it = step_reads_.find(worker);
+  // A step that pulled nothing here: its reads are judged against the
+  // applies now, which only makes the lag larger.
+  const uint64_t read_at = it != step_reads_.end() && it->second.clock == clock
+                               ? it->second.applies
+                               : aggregator_->applied_rounds();
+  const uint64_t lag = read_at > oldest_read ? read_at - oldest_read : 0;
+  ++cached_pushes_;
+  ++read_lag_counts_[std::min<uint64_t>(lag, kReadLagBuckets - 1)];
+  max_read_lag_ = std::max(max_read_lag_, lag);
+  if (lag > bound) ++read_lag_violations_;
 }
 
 grpc::Status PsServer::Push(grpc::ServerContext*,
@@ -409,6 +452,16 @@ rpc::TableInfoResponse PsServer::Info() const {
   response.mutable_stats()->set_allowed_cpus(cpu.cpus);
   response.mutable_stats()->set_quota_periods(cpu.periods);
   response.mutable_stats()->set_throttled_periods(cpu.throttled);
+  if (config_.client.hot_rows.enabled) {
+    rpc::AggregatorStats* stats = response.mutable_stats();
+    stats->set_read_lag_bound(ReadLagBound());
+    absl::MutexLock lock(&reads_mu_);
+    stats->set_cached_pushes(cached_pushes_);
+    *stats->mutable_read_lag_counts() = {read_lag_counts_.begin(),
+                                         read_lag_counts_.end()};
+    stats->set_max_read_lag(max_read_lag_);
+    stats->set_read_lag_violations(read_lag_violations_);
+  }
   pull_latency_.ToProto(response.mutable_pull_latency());
   push_latency_.ToProto(response.mutable_push_latency());
   access_.ToProto(response.mutable_access());

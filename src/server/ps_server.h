@@ -128,6 +128,31 @@ class PsServer final : public rpc::ParameterServer::Service {
   mutable absl::Mutex metrics_mu_;
   std::string metrics_endpoint_ ABSL_GUARDED_BY(metrics_mu_);
 
+  // The workers' hot-row caches (client.hot_rows): the most applies a
+  // cached row may lag the worker's pull of its step.
+  uint64_t ReadLagBound() const;
+  // Records a pull's version for `worker` at job clock `clock`: the first
+  // pull of a clock is the step's.
+  void RecordRead(uint32_t worker, uint64_t clock, uint64_t applies);
+  // A push at job clock `clock` computed from rows as old as `oldest_read`.
+  void RecordCachedPush(uint32_t worker, uint64_t clock, uint64_t oldest_read);
+
+  struct StepRead {
+    uint64_t clock = ~uint64_t{0};
+    uint64_t applies = 0;
+  };
+  // read_lag_counts[i]: pushes whose reads lagged i applies (the last entry
+  // every larger lag).
+  static constexpr size_t kReadLagBuckets = 33;
+  mutable absl::Mutex reads_mu_;
+  absl::flat_hash_map<uint32_t, StepRead> step_reads_  // by worker
+      ABSL_GUARDED_BY(reads_mu_);
+  std::vector<uint64_t> read_lag_counts_ ABSL_GUARDED_BY(reads_mu_) =
+      std::vector<uint64_t>(kReadLagBuckets, 0);
+  uint64_t cached_pushes_ ABSL_GUARDED_BY(reads_mu_) = 0;
+  uint64_t max_read_lag_ ABSL_GUARDED_BY(reads_mu_) = 0;
+  uint64_t read_lag_violations_ ABSL_GUARDED_BY(reads_mu_) = 0;
+
   struct Incarnation {
     uint32_t number = 0;
     uint64_t offset = 0;  // added to this incarnation's clocks

@@ -168,6 +168,11 @@ class SemiAsyncAggregator final : public Aggregator {
     fn(applied_);
   }
 
+  uint32_t window() const override {
+    absl::MutexLock lock(&mu_);
+    return window_;
+  }
+
   void SetWindow(uint32_t window) override {
     absl::MutexLock lock(&mu_);
     window_ = std::max<uint32_t>(1, window);

@@ -15,15 +15,37 @@ HotKeys::HotKeys(size_t capacity, uint32_t width)
   entries_.reserve(capacity_);
 }
 
+namespace {
+
+// A key's hash for the sketch: tables hashed apart.
+uint64_t SketchId(uint32_t table, uint64_t key) {
+  return Mix64(key ^ Mix64(table + 1));
+}
+
+}  // namespace
+
+size_t HotKeys::Cell(uint64_t id, int row) const {
+  const uint32_t column =
+      ScaleToRange(Mix64(id + 0x9e3779b97f4a7c15ULL * (row + 1)), width_);
+  return size_t{static_cast<size_t>(row)} * width_ + column;
+}
+
+double HotKeys::Estimate(uint32_t table, uint64_t key) const {
+  const uint64_t id = SketchId(table, key);
+  double estimate = counts_[Cell(id, 0)];
+  for (int row = 1; row < kDepth; ++row) {
+    estimate = std::min(estimate, counts_[Cell(id, row)]);
+  }
+  return estimate;
+}
+
 void HotKeys::Offer(uint32_t table, uint64_t key, double weight) {
   total_ += weight;
   // One counter a row, each row hashed apart; the estimate is the least.
-  const uint64_t id = Mix64(key ^ Mix64(table + 1));
+  const uint64_t id = SketchId(table, key);
   double estimate = 0;
   for (int row = 0; row < kDepth; ++row) {
-    const uint32_t column =
-        ScaleToRange(Mix64(id + 0x9e3779b97f4a7c15ULL * (row + 1)), width_);
-    double& c = counts_[size_t{row} * width_ + column];
+    double& c = counts_[Cell(id, row)];
     c += weight;
     estimate = row == 0 ? c : std::min(estimate, c);
   }

@@ -34,6 +34,8 @@ class HotKeys {
   HotKeys(size_t capacity, uint32_t width);
 
   void Offer(uint32_t table, uint64_t key, double weight);
+  // The sketch's estimate of a key's weight (it need not be a candidate).
+  double Estimate(uint32_t table, uint64_t key) const;
   // Halves every count (the sketch forgets at a steady rate).
   void Halve();
 
@@ -58,6 +60,9 @@ class HotKeys {
       return H::combine(std::move(h), id.table, id.key);
     }
   };
+  // The counter of `row` for a key (by its hash `id`).
+  size_t Cell(uint64_t id, int row) const;
+
   size_t capacity_;
   uint32_t width_;
   std::vector<double> counts_;  // kDepth rows of width_

@@ -165,9 +165,9 @@ absl::StatusOr<size_t> WorkerSession::NextBatch(Batch* batch) {
         if (auto s = device_->CheckMemory(*n); !s.ok()) return s;
         chunk_samples_ += *n;
         batch_samples_ = *n;
-        report_.positives += static_cast<uint64_t>(std::count_if(
-            batch->labels.begin(), batch->labels.end(),
-            [](float label) { return label >= 0.5f; }));
+        report_.positives += static_cast<uint64_t>(
+            std::count_if(batch->labels.begin(), batch->labels.end(),
+                          [](float label) { return label >= 0.5f; }));
         report_.feature_keys += batch->keys.size();
         unpaced_samples_ += *n;
         absl::MutexLock lock(&wait_mu_);
@@ -259,9 +259,9 @@ absl::Status WorkerSession::Push(std::span<const TableGrad> grads,
     auto dim = client_->TableDim(g.table);
     if (!dim.ok()) return dim.status();
     if (g.values.size() != g.keys.size() * *dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push to table '", g.table, "': ", g.values.size(),
-          " values for ", g.keys.size(), " keys of dim ", *dim));
+      return absl::InvalidArgumentError(
+          absl::StrCat("push to table '", g.table, "': ", g.values.size(),
+                       " values for ", g.keys.size(), " keys of dim ", *dim));
     }
     parts.push_back(ShapeOfRows(static_cast<uint32_t>(*dim), g.values));
   }
@@ -349,6 +349,9 @@ rpc::WorkerProgress WorkerSession::Progress() const {
   p.set_memory_mb(device_->memory_mb());
   p.set_raw_bytes(codec_->raw_bytes());
   p.set_sent_bytes(codec_->sent_bytes());
+  const PullStats pulls = client_->pull_stats();
+  p.set_pulled_rows(pulls.pulled_rows);
+  p.set_cached_rows(pulls.cached_rows);
   p.set_codec(codec_->codec());
   p.set_codec_reason(codec_->reason());
   p.set_positives(report_.positives);
@@ -400,12 +403,12 @@ TrainReport WorkerSession::Report() const {
   report.raw_value_bytes = codec_->raw_value_bytes();
   report.sent_value_bytes = codec_->sent_value_bytes();
   report.sent_by_codec = codec_->sent_by_codec();
+  report.pulls = client_->pull_stats();
   report.last_loss = MeanRecentLoss();
   // Epoch, periodic and final evaluations in the order they were made.
-  std::stable_sort(report.evals.begin(), report.evals.end(),
-                   [](const EvalPoint& a, const EvalPoint& b) {
-                     return a.at_s < b.at_s;
-                   });
+  std::stable_sort(
+      report.evals.begin(), report.evals.end(),
+      [](const EvalPoint& a, const EvalPoint& b) { return a.at_s < b.at_s; });
   return report;
 }
 
@@ -436,6 +439,10 @@ std::string ReportToJson(const TrainReport& report) {
                       {"sent_bytes", report.sent_bytes},
                       {"raw_value_bytes", report.raw_value_bytes},
                       {"sent_value_bytes", report.sent_value_bytes},
+                      {"pulled_rows", report.pulls.pulled_rows},
+                      {"pulled_bytes", report.pulls.pulled_bytes},
+                      {"cached_rows", report.pulls.cached_rows},
+                      {"refetched_rows", report.pulls.refetched_rows},
                       {"loss_curve", report.loss_curve},
                       {"warnings", report.warnings},
                       {"samples", report.samples},

@@ -73,21 +73,22 @@ struct TrainReport {
   uint64_t samples = 0;
   uint64_t positives = 0;     // samples labelled positive
   uint64_t feature_keys = 0;  // keys summed over samples
-  double train_s = 0;        // training loop only
-  double samples_per_s = 0;  // samples / train_s
-  double last_loss = 0;      // mean loss of the last 50 batches
+  double train_s = 0;         // training loop only
+  double samples_per_s = 0;   // samples / train_s
+  double last_loss = 0;       // mean loss of the last 50 batches
   uint64_t malformed_records = 0;
   uint64_t pushes = 0;
-  uint64_t chunks = 0;           // chunks of the train split it trained on
-  uint32_t rejoins = 0;          // registered again after being dropped
+  uint64_t chunks = 0;            // chunks of the train split it trained on
+  uint32_t rejoins = 0;           // registered again after being dropped
   uint64_t discarded_pushes = 0;  // of batches of a chunk handed on
-  double busy_fraction = 0;      // time outside pulls / train_s
-  bool emulated = false;         // ran under a DeviceProfile
-  std::string device;            // DeviceProfile::Describe()
-  uint64_t raw_bytes = 0;        // gradient payloads as fp32
-  uint64_t sent_bytes = 0;       // as sent (compress.codec)
-  uint64_t raw_value_bytes = 0;  // the same without keys and headers
+  double busy_fraction = 0;       // time outside pulls / train_s
+  bool emulated = false;          // ran under a DeviceProfile
+  std::string device;             // DeviceProfile::Describe()
+  uint64_t raw_bytes = 0;         // gradient payloads as fp32
+  uint64_t sent_bytes = 0;        // as sent (compress.codec)
+  uint64_t raw_value_bytes = 0;   // the same without keys and headers
   uint64_t sent_value_bytes = 0;
+  PullStats pulls;  // sparse rows pulled and read from the hot-row cache
   std::vector<std::pair<std::string, uint64_t>> sent_by_codec;
   // (step, mean loss of the last 50 batches) every 20 steps.
   std::vector<std::pair<uint64_t, double>> loss_curve;

@@ -251,7 +251,9 @@ TEST(JobConfigTest, ValidationNamesTheField) {
       StatusIs(kInvalid, HasSubstr("train.warmup_rounds: must be >= 0")));
   EXPECT_THAT(
       ValidateYaml("train: {model: dnn}\n"),
-      StatusIs(kInvalid, "train.model: unknown model 'dnn' (expected lr, fm, deepfm, none)"));
+      StatusIs(
+          kInvalid,
+          "train.model: unknown model 'dnn' (expected lr, fm, deepfm, none)"));
   EXPECT_THAT(ValidateYaml("client: {rpc_timeout_s: 0}\n"),
               StatusIs(kInvalid, HasSubstr("client.rpc_timeout_s: must be")));
   EXPECT_THAT(ValidateYaml("server: {heartbeat_timeout_s: -1}\n"),
@@ -263,6 +265,16 @@ TEST(JobConfigTest, ValidationNamesTheField) {
               StatusIs(kInvalid,
                        "server.num_buckets: must be >= the number "
                        "of servers (8), got 4"));
+  EXPECT_THAT(ValidateYaml("client: {hot_rows: {enabled: true}}\n"),
+              StatusIs(kInvalid, HasSubstr("client.hot_rows.enabled: sync "
+                                           "reads exact rows")));
+  EXPECT_THAT(
+      ValidateYaml("mode: async\n"
+                   "client: {hot_rows: {enabled: true, hot_share: 0}}\n"),
+      StatusIs(kInvalid, HasSubstr("client.hot_rows.hot_share: must "
+                                   "be in (0, 1], got 0")));
+  EXPECT_TRUE(
+      ValidateYaml("mode: async\nclient: {hot_rows: {enabled: true}}\n").ok());
   EXPECT_THAT(ValidateYaml("log_level: loud\n"),
               StatusIs(kInvalid, HasSubstr("log_level: unknown level 'loud'")));
 }

@@ -1,0 +1,95 @@
+#include "client/hot_row_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hetps {
+namespace {
+
+// The sketch's size: hot rows are a few thousand at most (a share of every
+// pull), so its error, e / width of the pulls' keys, is far below them.
+constexpr size_t kCandidates = 4096;
+constexpr uint32_t kSketchWidth = 1 << 15;
+
+}  // namespace
+
+HotRowCache::HotRowCache(const HotRowsConfig& config)
+    : config_(config), hotness_(kCandidates, kSketchWidth) {}
+
+void HotRowCache::Observe(uint32_t table, std::span<const uint64_t> keys) {
+  if (++pulls_since_halving_ > kHalfLifePulls) {
+    hotness_.Halve();
+    pulls_ /= 2;
+    pulls_since_halving_ = 1;
+  }
+  pulls_ += 1;
+  const size_t stride = (keys.size() + kSampledKeys - 1) / kSampledKeys;
+  const size_t first = stride > 1 ? static_cast<size_t>(pulls_) % stride : 0;
+  for (size_t i = first; i < keys.size(); i += stride) {
+    hotness_.Offer(table, keys[i], static_cast<double>(stride));
+  }
+}
+
+bool HotRowCache::IsHot(uint32_t table, uint64_t key) const {
+  return pulls_ > 0 &&
+         hotness_.Estimate(table, key) >= config_.hot_share * pulls_;
+}
+
+HotRowCache::Table& HotRowCache::TableOf(uint32_t table, uint64_t dim) {
+  if (tables_.size() <= table) tables_.resize(table + 1);
+  Table& t = tables_[table];
+  if (t.dim == 0) t.dim = dim;
+  return t;
+}
+
+std::optional<uint64_t> HotRowCache::Read(uint32_t table, uint64_t key,
+                                          uint64_t min_version,
+                                          std::span<float> out) {
+  if (table >= tables_.size()) return std::nullopt;
+  Table& t = tables_[table];
+  auto it = t.rows.find(key);
+  if (it == t.rows.end() || it->second.version < min_version) {
+    return std::nullopt;
+  }
+  std::memcpy(out.data(), &t.pool[it->second.slot * t.dim],
+              t.dim * sizeof(float));
+  return it->second.version;
+}
+
+void HotRowCache::Store(uint32_t table, uint64_t key, uint64_t version,
+                        std::span<const float> row) {
+  Table& t = TableOf(table, row.size());
+  auto it = t.rows.find(key);
+  if (it == t.rows.end()) {
+    if (t.rows.size() >= config_.max_rows) return;
+    uint32_t slot;
+    if (!t.free.empty()) {
+      slot = t.free.back();
+      t.free.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(t.pool.size() / t.dim);
+      t.pool.resize(t.pool.size() + t.dim);
+    }
+    it = t.rows.emplace(key, Entry{version, slot}).first;
+  }
+  it->second.version = version;
+  std::memcpy(&t.pool[it->second.slot * t.dim], row.data(),
+              t.dim * sizeof(float));
+}
+
+void HotRowCache::Expire(uint32_t table,
+                         const std::function<bool(uint64_t, uint64_t)>& stale) {
+  if (table >= tables_.size()) return;
+  Table& t = tables_[table];
+  absl::erase_if(t.rows, [&](const auto& entry) {
+    if (!stale(entry.first, entry.second.version)) return false;
+    t.free.push_back(entry.second.slot);
+    return true;
+  });
+}
+
+size_t HotRowCache::rows(uint32_t table) const {
+  return table < tables_.size() ? tables_[table].rows.size() : 0;
+}
+
+}  // namespace hetps

@@ -1,0 +1,163 @@
+// The worker's hot-row cache (client.hot_rows): which rows it keeps, and
+// PsClient reading them instead of pulling while their version is within
+// the bound, against a real server of this process whose own record of the
+// lag is checked.
+#include "client/hot_row_cache.h"
+
+#include <gtest/gtest.h>
+
+#include "client/ps_client_factory.h"
+#include "common/channel.h"
+#include "node/server_node.h"
+
+namespace hetps {
+namespace {
+
+HotRowsConfig Config(double hot_share, uint64_t max_rows = 100) {
+  HotRowsConfig config;
+  config.enabled = true;
+  config.hot_share = hot_share;
+  config.max_rows = max_rows;
+  return config;
+}
+
+TEST(HotRowCacheTest, RowsInAShareOfThePullsAreHot) {
+  HotRowCache cache(Config(0.2));
+  // Key 1 in every pull, key 2 in one of ten.
+  for (int i = 0; i < 100; ++i) {
+    std::vector<uint64_t> keys{1, 1000 + static_cast<uint64_t>(i)};
+    if (i % 10 == 0) keys.push_back(2);
+    cache.Observe(0, keys);
+  }
+  EXPECT_TRUE(cache.IsHot(0, 1));
+  EXPECT_FALSE(cache.IsHot(0, 2));
+  EXPECT_FALSE(cache.IsHot(1, 1)) << "another table's key 1";
+}
+
+TEST(HotRowCacheTest, ReadsOnlyRowsAsNewAsAskedAndKeepsAtMostMaxRows) {
+  HotRowCache cache(Config(0.2, /*max_rows=*/2));
+  const std::vector<float> row{1.5f, -2.0f};
+  cache.Store(0, 7, /*version=*/10, row);
+  cache.Store(0, 8, 11, row);
+  cache.Store(0, 9, 12, row);  // no room
+  EXPECT_EQ(cache.rows(0), 2u);
+  std::vector<float> out(2, 0.0f);
+  EXPECT_EQ(cache.Read(0, 7, 10, out), 10u);
+  EXPECT_EQ(out, row);
+  EXPECT_EQ(cache.Read(0, 7, 11, out), std::nullopt) << "older than asked";
+  EXPECT_EQ(cache.Read(0, 9, 0, out), std::nullopt);
+  // A refresh keeps the slot and takes the new version.
+  cache.Store(0, 7, 20, std::vector<float>{3.0f, 4.0f});
+  EXPECT_EQ(cache.Read(0, 7, 20, out), 20u);
+  EXPECT_EQ(out, (std::vector<float>{3.0f, 4.0f}));
+  cache.Expire(0, [](uint64_t, uint64_t version) { return version < 15; });
+  EXPECT_EQ(cache.rows(0), 1u);
+  cache.Store(0, 9, 12, row);  // room again
+  EXPECT_EQ(cache.Read(0, 9, 12, out), 12u);
+}
+
+JobConfig AsyncJob(uint32_t workers) {
+  JobConfig config;
+  config.mode = ConsistencyMode::kAsync;
+  config.cluster.ps_endpoints = {"127.0.0.1:1"};
+  config.cluster.workers = workers;
+  config.client.hot_rows = Config(0.2);
+  config.client.hot_rows.max_lag = 2;
+  TableConfig emb;
+  emb.name = "emb";
+  emb.kind = TableKind::kSparse;
+  emb.dim = 1;
+  emb.optimizer.type = "sgd";
+  emb.optimizer.learning_rate = 1.0f;
+  emb.init.type = "zero";
+  config.tables = {emb};
+  return config;
+}
+
+class HotRowClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto node = ServerNode::Start(AsyncJob(2), 0, "127.0.0.1:0");
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = std::move(*node);
+  }
+
+  std::unique_ptr<PsClient> Client(uint32_t worker) {
+    PsClientOptions options;
+    options.endpoints = {"127.0.0.1:" + std::to_string(node_->port())};
+    options.worker_id = worker;
+    options.rpc.hot_rows = AsyncJob(2).client.hot_rows;
+    options.push_to_all_servers = false;
+    auto client = PsClient::Connect(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  float Pull(PsClient& client, uint64_t key) {
+    float value = -100;
+    EXPECT_TRUE(client.PullSparse("emb", {&key, 1}, {&value, 1}).ok());
+    return value;
+  }
+
+  void Push(PsClient& client, uint64_t key, float grad) {
+    ASSERT_TRUE(
+        client.Push(std::vector<TableGrad>{{"emb", {&key, 1}, {&grad, 1}}}, 1)
+            .ok());
+  }
+
+  std::unique_ptr<ServerNode> node_;
+};
+
+// max_lag 2: a kept row is read while the server is at most 2 applies past
+// it, then pulled again; the server records each push's lag.
+TEST_F(HotRowClientTest, KeptRowsAreReadWithinTheBoundThenPulledAgain) {
+  auto client = Client(0);
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(Pull(*client, 7), 0.0f);  // pulled, kept at version 0
+  EXPECT_EQ(client->pull_stats().pulled_rows, 1u);
+  Push(*client, 7, 1.0f);  // applied: the server holds -1 (apply 1)
+  EXPECT_EQ(Pull(*client, 7), 0.0f) << "the kept copy, one apply old";
+  Push(*client, 7, 1.0f);  // -2 (apply 2)
+  EXPECT_EQ(Pull(*client, 7), 0.0f) << "two applies old: still in bound";
+  Push(*client, 7, 1.0f);  // -3 (apply 3)
+  EXPECT_EQ(Pull(*client, 7), -3.0f) << "three applies old: pulled again";
+  const PullStats stats = client->pull_stats();
+  EXPECT_EQ(stats.pulled_rows, 2u);
+  EXPECT_EQ(stats.cached_rows, 2u);
+  EXPECT_EQ(stats.pulled_bytes, 2u * (8 + 4));
+  Push(*client, 7, 1.0f);  // computed on a fresh row: no lag to record
+
+  const AggregatorStats record = node_->ps().Info().stats();
+  EXPECT_EQ(record.read_lag_bound(), 2u);
+  // The pushes after the second and third pulls read the version-0 copy
+  // when the server was 1 and 2 applies past it.
+  EXPECT_EQ(record.cached_pushes(), 2u);
+  ASSERT_GE(record.read_lag_counts_size(), 3);
+  EXPECT_EQ(record.read_lag_counts(1), 1u);
+  EXPECT_EQ(record.read_lag_counts(2), 1u);
+  EXPECT_EQ(record.max_read_lag(), 2u);
+  EXPECT_EQ(record.read_lag_violations(), 0u);
+}
+
+// Another worker's pushes move the server on while this one does not know:
+// the pull's reply says how far, and the copy over the bound is pulled again
+// in the same call.
+TEST_F(HotRowClientTest, ACopyFoundOverTheBoundByThePullIsPulledAgain) {
+  auto a = Client(0);
+  auto b = Client(1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // Versions are the server's applies, not the row's updates: key 8, never
+  // pushed, is as far over the bound as key 7.
+  std::vector<uint64_t> keys{7, 8};
+  std::vector<float> rows(2);
+  ASSERT_TRUE(a->PullSparse("emb", keys, rows).ok());
+  for (int i = 0; i < 3; ++i) Push(*b, 7, 1.0f);
+  ASSERT_TRUE(a->PullSparse("emb", keys, rows).ok());
+  EXPECT_EQ(rows[0], -3.0f);
+  EXPECT_EQ(a->pull_stats().refetched_rows, 2u);
+  EXPECT_EQ(a->pull_stats().cached_rows, 0u);
+}
+
+}  // namespace
+}  // namespace hetps
