@@ -38,6 +38,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -65,6 +66,10 @@ const std::vector<Mode> kModes = {
     {"sync_proportional", {"mode=sync", "planner.batch_plan=proportional"}},
     {"async", {"mode=async", "planner.batch_plan=proportional"}},
     {"semi_async", {"mode=semi_async", "planner.batch_plan=proportional"}},
+    // semi_async with the workers' hot-row cache (client.hot_rows)
+    {"semi_async_cached",
+     {"mode=semi_async", "planner.batch_plan=proportional",
+      "client.hot_rows.enabled=true"}},
 };
 
 struct Options {
@@ -210,7 +215,9 @@ Json RunScenario(const Options& o, const std::string& config,
                  const std::vector<std::string>& cell_sets) {
   Json sc = {{"modes", Json::object()}};
   for (const std::string& mode_name : o.modes) {
-    const int runs = mode_name == "semi_async" ? std::max(1, o.repeats) : 1;
+    const int runs = absl::StartsWith(mode_name, "semi_async")
+                         ? std::max(1, o.repeats)
+                         : 1;
     for (int run_index = 0; run_index < runs; ++run_index) {
       const Mode& mode =
           *std::find_if(kModes.begin(), kModes.end(),
@@ -245,6 +252,10 @@ Json RunScenario(const Options& o, const std::string& config,
         }
         r["busy_fraction"] = busy;
         r["curve"] = Curve(s);
+        for (const char* field : {"pulled_rows", "pulled_bytes", "cached_rows",
+                                  "refetched_rows", "read_lag"}) {
+          if (s.contains(field)) r[field] = s[field];
+        }
       }
       std::cerr << "  " << r.dump() << "\n";
       if (runs == 1) {
@@ -426,7 +437,8 @@ int main(int argc, char** argv) {
   app.add_option("--scenarios", o.scenarios, "reference, slowdown, kill")
       ->delimiter(',');
   app.add_option("--modes", o.modes,
-                 "sync_equal, sync_proportional, async, semi_async")
+                 "sync_equal, sync_proportional, async, semi_async, "
+                 "semi_async_cached")
       ->delimiter(',');
   app.add_option("--speed-scale", o.speed_scale,
                  "multiply every emulated throughput (if the machine cannot "

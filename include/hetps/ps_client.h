@@ -76,6 +76,11 @@ struct PullStats {
 // Whether the caller promises that a key list has no duplicates.
 enum class KeySet { kMayRepeat, kUnique };
 
+// Where a sparse pull may read rows from: a training step may read the
+// hot-row cache (client.hot_rows); an evaluation of the model reads the
+// servers' rows.
+enum class RowSource { kCacheAllowed, kServers };
+
 struct TableGrad {
   std::string table;
   std::span<const uint64_t> keys;  // sparse rows; empty for a dense table
@@ -101,7 +106,8 @@ class PsClient {
   // says the keys are unique (skipping the dedup pass).
   absl::Status PullSparse(const std::string& table,
                           std::span<const uint64_t> keys, std::span<float> out,
-                          KeySet key_set = KeySet::kMayRepeat);
+                          KeySet key_set = KeySet::kMayRepeat,
+                          RowSource source = RowSource::kCacheAllowed);
 
   // Fills `out` with the whole dense table (assembled from every server).
   absl::Status PullDense(const std::string& table, std::span<float> out);

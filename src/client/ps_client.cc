@@ -317,7 +317,8 @@ absl::StatusOr<uint64_t> PsClient::TableDim(const std::string& table) const {
 
 absl::Status PsClient::PullSparse(const std::string& table,
                                   std::span<const uint64_t> keys,
-                                  std::span<float> out, KeySet key_set) {
+                                  std::span<float> out, KeySet key_set,
+                                  RowSource source) {
   auto meta = impl_->Meta(table, /*sparse=*/true);
   if (!meta.ok()) return meta.status();
   const uint64_t dim = meta->dim;
@@ -390,7 +391,8 @@ absl::Status PsClient::PullSparse(const std::string& table,
     return absl::OkStatus();
   };
 
-  HotRowCache* cache = impl_->cache.get();
+  HotRowCache* cache =
+      source == RowSource::kCacheAllowed ? impl_->cache.get() : nullptr;
   // Rows read from the cache, per server: their positions and versions.
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> cached(n);
   uint32_t table_id = 0;

@@ -52,12 +52,12 @@ StepRunner::StepRunner(const Model& model, PsClient& client,
       clock_(clock),
       tables_(model_.Tables()) {}
 
-absl::Status StepRunner::Pull(Step& step) {
+absl::Status StepRunner::Pull(Step& step, RowSource source) {
   const absl::Time began = clock_.Now();
   step.unique.Build(step.batch.keys);
   step.rows.resize(step.unique.keys().size() * model_.row_dim());
   if (auto s = client_.PullSparse(sparse_table(), step.unique.keys(), step.rows,
-                                  KeySet::kUnique);
+                                  KeySet::kUnique, source);
       !s.ok()) {
     return s;
   }
@@ -87,7 +87,7 @@ absl::StatusOr<EvalPoint> StepRunner::Evaluate(Reader& reader) {
     auto n = reader.Next(4096, &step.batch);
     if (!n.ok()) return n.status();
     if (*n == 0) break;
-    if (auto s = Pull(step); !s.ok()) return s;
+    if (auto s = Pull(step, RowSource::kServers); !s.ok()) return s;
     step.p.resize(*n);
     model_.Predict(step.batch, {step.unique.position(), step.rows, step.dense},
                    step.p);

@@ -61,11 +61,13 @@ class StepRunner {
   StepRunner(const Model& model, PsClient& client, const DeviceProfile& device,
              Clock& clock);
 
-  // Pulls what `step.batch` needs into step.rows / step.dense.
-  absl::Status Pull(Step& step);
+  // Pulls what `step.batch` needs into step.rows / step.dense (sparse rows
+  // from the hot-row cache where `source` allows).
+  absl::Status Pull(Step& step, RowSource source = RowSource::kCacheAllowed);
   // Forward and backward on the pulled parameters; returns the summed loss.
   double Compute(Step& step) const;
-  // AUC and logloss of the current model on `reader`'s whole share.
+  // AUC and logloss of the current model on `reader`'s whole share (the
+  // servers' rows, never a cached copy).
   absl::StatusOr<EvalPoint> Evaluate(Reader& reader);
 
  private:

@@ -139,6 +139,24 @@ TEST_F(HotRowClientTest, KeptRowsAreReadWithinTheBoundThenPulledAgain) {
   EXPECT_EQ(record.read_lag_violations(), 0u);
 }
 
+// An evaluation reads the servers' rows even where a copy is kept.
+TEST_F(HotRowClientTest, PullsFromTheServersReadNoCopy) {
+  auto client = Client(0);
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(Pull(*client, 7), 0.0f);
+  Push(*client, 7, 1.0f);
+  EXPECT_EQ(Pull(*client, 7), 0.0f) << "the kept copy";
+  const uint64_t key = 7;
+  float value = 0;
+  ASSERT_TRUE(client
+                  ->PullSparse("emb", {&key, 1}, {&value, 1}, KeySet::kUnique,
+                               RowSource::kServers)
+                  .ok());
+  EXPECT_EQ(value, -1.0f);
+  EXPECT_EQ(client->pull_stats().pulled_rows, 2u);
+  EXPECT_EQ(client->pull_stats().cached_rows, 1u);
+}
+
 // Another worker's pushes move the server on while this one does not know:
 // the pull's reply says how far, and the copy over the bound is pulled again
 // in the same call.
