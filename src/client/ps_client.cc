@@ -458,7 +458,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
       }
       if (++impl_->pulls_since_expiry >= kExpireEveryPulls) {
         impl_->pulls_since_expiry = 0;
-        const std::vector<uint64_t>& applies = impl_->server_applies;
+        const std::vector<uint64_t> applies = impl_->server_applies;
         const uint64_t bound = impl_->read_lag_bound;
         cache->Expire(table_id, [&](uint64_t key, uint64_t version) {
           return applies[map.ServerOf(key)] > version + bound;
