@@ -873,9 +873,9 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
         p.sent_bytes() > 0 ? static_cast<double>(p.raw_bytes()) / p.sent_bytes()
                            : 1.0,
         p.cached_rows() > 0
-            ? absl::StrFormat("  cache %.0f%% of rows",
-                              100.0 * p.cached_rows() /
-                                  (p.cached_rows() + p.pulled_rows()))
+            ? absl::StrFormat(
+                  "  cache %.0f%% of rows",
+                  100.0 * p.cached_rows() / (p.cached_rows() + p.pulled_rows()))
                   .c_str()
             : "",
         w.last_heartbeat_age_s(), w.left_reason().c_str());
@@ -884,13 +884,14 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
     const std::string metrics = s.value("metrics_endpoint", "");
     std::printf(
         "server %d  %s  %s  applies %llu  queue %llu  cpu %.0f%%  rows %s  "
-        "load %.0f%% (%llu rows pulled, %llu pushed)%s\n",
+        "load %.0f%% (%.1f s serving; %llu rows pulled, %llu pushed)%s\n",
         s["rank"].get<int>(), s["endpoint"].get<std::string>().c_str(),
         s["reachable"].get<bool>() ? "up" : "DOWN",
         static_cast<unsigned long long>(s["applied_rounds"].get<uint64_t>()),
         static_cast<unsigned long long>(s["queue_length"].get<uint64_t>()),
         100 * s["cpu_fraction"].get<double>(), s["table_rows"].dump().c_str(),
-        100 * s["load"]["share"].get<double>(),
+        100 * s["load"]["service_share"].get<double>(),
+        s["load"]["service_s"].get<double>(),
         static_cast<unsigned long long>(
             s["load"]["pulled_rows"].get<uint64_t>()),
         static_cast<unsigned long long>(

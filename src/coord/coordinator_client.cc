@@ -278,16 +278,16 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
       max_staleness = std::max(max_staleness, w["staleness"].get<uint64_t>());
     }
   }
-  // Each server's share of the rows its requests touched, and the hottest
-  // keys (the raw per-bucket totals stay in the proto).
-  uint64_t total_rows = 0, max_rows = 0;
-  uint32_t serving = 0;
+  // Each server's share of the rows its requests touched and of the time
+  // it spent serving them (its load), and the hottest keys (the raw
+  // per-bucket totals stay in the proto).
+  double total_rows = 0, total_service = 0;
+  std::vector<double> service;
   std::vector<rpc::AccessStats> access;
   for (const rpc::ServerStatus& s : status.servers()) {
-    const uint64_t rows = SumAccess(s.access()).rows();
-    total_rows += rows;
-    max_rows = std::max(max_rows, rows);
-    serving += rows > 0;
+    total_rows += SumAccess(s.access()).rows();
+    total_service += s.access().service_s();
+    service.push_back(s.access().service_s());
     access.push_back(s.access());
   }
   uint64_t queued = 0;
@@ -299,9 +299,10 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
                  {"pushed_rows", totals.pushed_rows},
                  {"bytes", totals.bytes},
                  {"buckets", totals.buckets},
-                 {"share", total_rows > 0
-                               ? static_cast<double>(totals.rows()) / total_rows
-                               : 0.0}};
+                 {"service_s", a.service_s()},
+                 {"share", total_rows > 0 ? totals.rows() / total_rows : 0.0},
+                 {"service_share",
+                  total_service > 0 ? a.service_s() / total_service : 0.0}};
     s.erase("access");
     nlohmann::json rows = nlohmann::json::object();
     for (const nlohmann::json& t : s["tables"]) {
@@ -318,8 +319,11 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
   j["worker_throughput"] = std::move(throughput);
   j["grad_queue_length"] = queued;
   j["max_staleness"] = max_staleness;
+  // Of the service time: what a slower or busier server feels.
   j["server_load_max_over_mean"] =
-      serving > 0 ? static_cast<double>(max_rows) * serving / total_rows : 0.0;
+      total_service > 0 ? *std::max_element(service.begin(), service.end()) *
+                              service.size() / total_service
+                        : 0.0;
   j["hot_keys"] = nlohmann::json::array();
   for (const ServerHotKey& k : HottestKeys(access, kHotKeysShown)) {
     nlohmann::json key = ProtoToJson(k.key);

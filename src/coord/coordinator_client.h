@@ -102,7 +102,8 @@ absl::StatusOr<rpc::StatusResponse> QueryStatus(const std::string& endpoint,
 // worker_throughput (samples/s of each live worker, by rank),
 // grad_queue_length (pushes queued on all servers), max_staleness; and of
 // SPEC §4's placement: each server's `load` (rows pulled and pushed, bytes,
-// buckets served, share of all rows), server_load_max_over_mean, and the
+// buckets served, seconds spent serving, its share of all rows and of all
+// service time), server_load_max_over_mean (of the service time), and the
 // ten hottest keys of all servers (hot_keys).
 nlohmann::json StatusToJson(const rpc::StatusResponse& status);
 

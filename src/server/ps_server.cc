@@ -190,9 +190,10 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
     response->set_max_read_lag(ReadLagBound());
     RecordRead(request.worker_id(), *clock, applies);
   }
+  const absl::Time began = clock_.Now();
   aggregator_->PullSparse(request.worker_id(), table, keys, out);
   access_.Record(Access::kPull, table->config().name, keys,
-                 table->dim() * sizeof(float));
+                 table->dim() * sizeof(float), clock_.Now() - began);
   return absl::OkStatus();
 }
 
@@ -229,9 +230,11 @@ absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
     return s;
   }
   response->set_offset(table->offset());
+  const absl::Time began = clock_.Now();
   aggregator_->PullDense(
       request.worker_id(), table,
       ResizeAs<float>(response->mutable_values(), table->length()));
+  access_.RecordOther(clock_.Now() - began);
   return absl::OkStatus();
 }
 
@@ -353,11 +356,20 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
   if (request.has_oldest_read()) {
     RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
   }
+  const absl::Time began = clock_.Now();
+  absl::Status pushed = aggregator_->Push(view);
+  if (!pushed.ok()) return pushed;
+  // The push's service time, shared by its sparse rows.
+  const absl::Duration service = clock_.Now() - began;
+  size_t rows = 0;
+  for (const PushView::Sparse& sparse : view.sparse) rows += sparse.keys.size();
+  if (rows == 0) access_.RecordOther(service);
   for (const PushView::Sparse& sparse : view.sparse) {
     access_.Record(Access::kPush, sparse.table->config().name, sparse.keys,
-                   sparse.table->dim() * sizeof(float));
+                   sparse.table->dim() * sizeof(float),
+                   service * (static_cast<double>(sparse.keys.size()) / rows));
   }
-  return aggregator_->Push(view);
+  return absl::OkStatus();
 }
 
 uint64_t PsServer::ReadLagBound() const {

@@ -128,15 +128,21 @@ AccessRecorder::AccessRecorder(uint32_t num_buckets,
       next_halving_(clock.Now() + kHalfLife) {
   for (int i = 0; i < kLanes; ++i) {
     absl::MutexLock lock(&lanes_[i].mu);
-    lanes_[i].pulled.assign(num_buckets, 0);
-    lanes_[i].pushed.assign(num_buckets, 0);
-    lanes_[i].bytes.assign(num_buckets, 0);
+    lanes_[i].buckets.assign(num_buckets, BucketTotals{});
   }
 }
 
+void AccessRecorder::RecordOther(absl::Duration service) {
+  service_ns_.fetch_add(absl::ToInt64Nanoseconds(service),
+                        std::memory_order_relaxed);
+}
+
 void AccessRecorder::Record(Access access, std::string_view table,
-                            std::span<const uint64_t> keys,
-                            uint64_t row_bytes) {
+                            std::span<const uint64_t> keys, uint64_t row_bytes,
+                            absl::Duration service) {
+  const uint64_t ns = static_cast<uint64_t>(
+      std::max<int64_t>(0, absl::ToInt64Nanoseconds(service)));
+  service_ns_.fetch_add(ns, std::memory_order_relaxed);
   const auto found = std::find(tables_.begin(), tables_.end(), table);
   if (found == tables_.end() || keys.empty()) return;
   const uint32_t table_id = static_cast<uint32_t>(found - tables_.begin());
@@ -146,14 +152,16 @@ void AccessRecorder::Record(Access access, std::string_view table,
     const uint32_t b = BucketOfKey(key, num_buckets_);
     if (scratch.rows[b]++ == 0) scratch.touched.push_back(b);
   }
+  const double row_ns = static_cast<double>(ns) / keys.size();
   {
     Lane& lane = lanes_[ThreadLane(kLanes)];
     absl::MutexLock lock(&lane.mu);
-    std::vector<uint64_t>& rows =
-        access == Access::kPull ? lane.pulled : lane.pushed;
     for (uint32_t b : scratch.touched) {
-      rows[b] += scratch.rows[b];
-      lane.bytes[b] += scratch.rows[b] * row_bytes;
+      BucketTotals& totals = lane.buckets[b];
+      const uint32_t rows = scratch.rows[b];
+      (access == Access::kPull ? totals.pulled : totals.pushed) += rows;
+      totals.bytes += rows * row_bytes;
+      totals.service_ns += static_cast<uint64_t>(rows * row_ns);
       scratch.rows[b] = 0;
     }
   }
@@ -178,24 +186,26 @@ void AccessRecorder::Record(Access access, std::string_view table,
 }
 
 void AccessRecorder::ToProto(rpc::AccessStats* out, size_t top_keys) const {
-  std::vector<uint64_t> pulled(num_buckets_), pushed(num_buckets_),
-      bytes(num_buckets_);
+  std::vector<BucketTotals> sum(num_buckets_);
   for (int i = 0; i < kLanes; ++i) {
     Lane& lane = lanes_[i];
     absl::MutexLock lock(&lane.mu);
     for (uint32_t b = 0; b < num_buckets_; ++b) {
-      pulled[b] += lane.pulled[b];
-      pushed[b] += lane.pushed[b];
-      bytes[b] += lane.bytes[b];
+      sum[b].pulled += lane.buckets[b].pulled;
+      sum[b].pushed += lane.buckets[b].pushed;
+      sum[b].bytes += lane.buckets[b].bytes;
+      sum[b].service_ns += lane.buckets[b].service_ns;
     }
   }
   for (uint32_t b = 0; b < num_buckets_; ++b) {
-    if (pulled[b] == 0 && pushed[b] == 0) continue;
+    if (sum[b].pulled == 0 && sum[b].pushed == 0) continue;
     out->add_buckets(b);
-    out->add_pulled_rows(pulled[b]);
-    out->add_pushed_rows(pushed[b]);
-    out->add_bytes(bytes[b]);
+    out->add_pulled_rows(sum[b].pulled);
+    out->add_pushed_rows(sum[b].pushed);
+    out->add_bytes(sum[b].bytes);
+    out->add_service_ns(sum[b].service_ns);
   }
+  out->set_service_s(service_ns_.load(std::memory_order_relaxed) * 1e-9);
   out->set_half_life_s(absl::ToDoubleSeconds(kHalfLife));
   absl::MutexLock lock(&hot_mu_);
   for (const HotKeys::Entry& e : hot_.Top(top_keys)) {
@@ -217,6 +227,7 @@ AccessTotals SumAccess(const rpc::AccessStats& stats) {
   for (uint64_t n : stats.pulled_rows()) totals.pulled_rows += n;
   for (uint64_t n : stats.pushed_rows()) totals.pushed_rows += n;
   for (uint64_t n : stats.bytes()) totals.bytes += n;
+  for (uint64_t n : stats.service_ns()) totals.bucket_service_s += n * 1e-9;
   return totals;
 }
 

@@ -90,9 +90,13 @@ class AccessRecorder {
                  Clock& clock);
 
   // One request's `keys` of `table` (a name given at construction; others
-  // are ignored), each row `row_bytes` long.
+  // are ignored), each row `row_bytes` long, served in `service` (the
+  // table work, not waits), which each bucket takes its rows' share of.
   void Record(Access access, std::string_view table,
-              std::span<const uint64_t> keys, uint64_t row_bytes);
+              std::span<const uint64_t> keys, uint64_t row_bytes,
+              absl::Duration service);
+  // Service time of requests without sparse rows (dense tables).
+  void RecordOther(absl::Duration service);
 
   // The totals of every bucket served so far and the `top_keys` hottest.
   void ToProto(rpc::AccessStats* out, size_t top_keys = 16) const;
@@ -105,14 +109,20 @@ class AccessRecorder {
   // take lanes in turn) under the lane's lock, held for one request's
   // buckets; reading sums the lanes.
   static constexpr int kLanes = 8;
+  // A bucket's totals side by side: one cache line a bucket touched.
+  struct BucketTotals {
+    uint64_t pulled = 0;
+    uint64_t pushed = 0;
+    uint64_t bytes = 0;
+    uint64_t service_ns = 0;
+  };
   struct Lane {
     absl::Mutex mu;
-    std::vector<uint64_t> pulled ABSL_GUARDED_BY(mu);
-    std::vector<uint64_t> pushed ABSL_GUARDED_BY(mu);
-    std::vector<uint64_t> bytes ABSL_GUARDED_BY(mu);
+    std::vector<BucketTotals> buckets ABSL_GUARDED_BY(mu);
   };
   std::unique_ptr<Lane[]> lanes_;
-  std::atomic<uint64_t> requests_{0};  // spreads the sampled keys' offsets
+  std::atomic<uint64_t> requests_{0};    // spreads the sampled keys' offsets
+  std::atomic<uint64_t> service_ns_{0};  // every request's, buckets or not
 
   mutable absl::Mutex hot_mu_;
   HotKeys hot_ ABSL_GUARDED_BY(hot_mu_);
@@ -125,7 +135,8 @@ struct AccessTotals {
   uint64_t pulled_rows = 0;
   uint64_t pushed_rows = 0;
   uint64_t bytes = 0;
-  uint32_t buckets = 0;  // buckets served at least once
+  uint32_t buckets = 0;         // buckets served at least once
+  double bucket_service_s = 0;  // the sparse rows' service time
   uint64_t rows() const { return pulled_rows + pushed_rows; }
 };
 AccessTotals SumAccess(const rpc::AccessStats& stats);

@@ -67,8 +67,10 @@ TEST(AccessRecorderTest, BucketTotalsAreExactUnderConcurrentRequests) {
         std::vector<uint64_t> keys;
         for (uint64_t k = 0; k < 50; ++k) keys.push_back(k * 7 + t);
         recorder.Record(r % 2 ? Access::kPush : Access::kPull,
-                        r % 3 ? "user" : "item", keys, 16);
-        recorder.Record(Access::kPull, "dense", keys, 16);
+                        r % 3 ? "user" : "item", keys, 16,
+                        absl::Microseconds(50));
+        recorder.Record(Access::kPull, "dense", keys, 16,
+                        absl::Microseconds(7));
       }
     });
   }
@@ -97,6 +99,12 @@ TEST(AccessRecorderTest, BucketTotalsAreExactUnderConcurrentRequests) {
   EXPECT_EQ(totals.rows(), rows);
   EXPECT_EQ(totals.bytes, 16 * rows);
   EXPECT_EQ(totals.buckets, static_cast<uint32_t>(stats.buckets_size()));
+  // Each request's 50 µs shared by its buckets (rounded down per bucket);
+  // the unknown table's count in the total only.
+  const double requests = kThreads * kRequests;
+  EXPECT_LE(totals.bucket_service_s, requests * 50e-6 + 1e-12);
+  EXPECT_GE(totals.bucket_service_s, requests * 49e-6);
+  EXPECT_NEAR(stats.service_s(), requests * 57e-6, 1e-9);
 }
 
 // A key in every request of 1000 keys is found from 32 sampled keys a
@@ -110,7 +118,7 @@ TEST(AccessRecorderTest, AKeyInEveryRequestIsTheHottest) {
     std::vector<uint64_t> keys{42};
     while (keys.size() < 1000) keys.push_back(1000 + random() % 1000000);
     std::shuffle(keys.begin(), keys.end(), random);
-    recorder.Record(Access::kPull, "item", keys, 32);
+    recorder.Record(Access::kPull, "item", keys, 32, absl::ZeroDuration());
   }
   rpc::AccessStats stats;
   recorder.ToProto(&stats, 3);
@@ -131,7 +139,8 @@ TEST(AccessRecorderTest, AKeyInEveryRequestIsTheHottest) {
 
   // One half-life later the counts are halved; the share stays.
   clock.Advance(absl::Seconds(10));
-  recorder.Record(Access::kPull, "item", std::vector<uint64_t>{7}, 32);
+  recorder.Record(Access::kPull, "item", std::vector<uint64_t>{7}, 32,
+                  absl::ZeroDuration());
   rpc::AccessStats later;
   recorder.ToProto(&later, 1);
   EXPECT_EQ(later.hot_keys(0).key(), 42u);
