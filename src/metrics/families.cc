@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "prometheus/text_serializer.h"
+#include "shard/access_stats.h"
 
 namespace hetps {
 namespace {
@@ -78,8 +79,8 @@ void AddServerFamilies(const rpc::ServerStatus& server, MetricFamilies& out) {
             "Updates applied to the tables (sync: rounds; async: pushes; "
             "semi_async: queue applies)",
             static_cast<double>(server.applied_rounds()), s);
-  b.Gauge("hetps_server_queue_length",
-          "Pushes waiting in the semi_async queue", st.queue_length(), s);
+  b.Gauge("hetps_server_queue_length", "Pushes waiting in the semi_async queue",
+          st.queue_length(), s);
   for (const auto& [trigger, n] :
        {std::pair<const char*, uint64_t>{"window", st.applies_by_window()},
         {"all_contributed", st.applies_by_all()},
@@ -111,6 +112,35 @@ void AddServerFamilies(const rpc::ServerStatus& server, MetricFamilies& out) {
           st.window(), s);
   b.Counter("hetps_server_cpu_seconds_total", "CPU time of the server process",
             st.cpu_s(), s);
+  // What its requests touched (shard/access_stats.h).
+  const AccessTotals access = SumAccess(server.access());
+  for (const auto& [direction, n] :
+       {std::pair<const char*, uint64_t>{"pulled", access.pulled_rows},
+        {"pushed", access.pushed_rows}}) {
+    b.Counter(
+        "hetps_server_rows_total", "Sparse rows its requests pulled and pushed",
+        static_cast<double>(n), {{"server", rank}, {"direction", direction}});
+  }
+  b.Counter("hetps_server_row_bytes_total",
+            "Float bytes of the sparse rows pulled and pushed",
+            static_cast<double>(access.bytes), s);
+  b.Counter("hetps_server_service_seconds_total",
+            "Time spent serving requests (table work, not waits)",
+            server.access().service_s(), s);
+  if (st.read_lag_bound() > 0) {
+    b.Counter("hetps_server_cached_pushes_total",
+              "Pushes computed from rows a worker's hot-row cache kept",
+              static_cast<double>(st.cached_pushes()), s);
+    b.Gauge("hetps_server_read_lag_bound",
+            "Most applies a kept row may lag the step's pull by",
+            static_cast<double>(st.read_lag_bound()), s);
+    b.Gauge("hetps_server_max_read_lag",
+            "Most applies a kept row lagged the step's pull by, so far",
+            static_cast<double>(st.max_read_lag()), s);
+    b.Counter("hetps_server_read_lag_violations_total",
+              "Pushes computed from kept rows older than the bound",
+              static_cast<double>(st.read_lag_violations()), s);
+  }
   for (const rpc::TableInfo& t : server.tables()) {
     b.Gauge("hetps_table_rows",
             "Rows held (sparse) or floats of the slice held (dense)",
@@ -122,8 +152,7 @@ void AddServerFamilies(const rpc::ServerStatus& server, MetricFamilies& out) {
               "round or the staleness bound)",
               server.pull_latency(), s);
   b.Histogram("hetps_server_push_latency_seconds",
-              "Push handling time, arrival to reply", server.push_latency(),
-              s);
+              "Push handling time, arrival to reply", server.push_latency(), s);
 }
 
 void AddJobFamilies(const rpc::StatusResponse& status, MetricFamilies& out) {
@@ -153,8 +182,7 @@ void AddJobFamilies(const rpc::StatusResponse& status, MetricFamilies& out) {
   for (const rpc::Diagnostic& d : status.diagnostics()) {
     b.Gauge("hetps_diagnostic",
             "A warning of the coordinator's diagnostics (1: holds now)",
-            d.active() ? 1 : 0,
-            {{"kind", d.kind()}, {"subject", d.subject()}});
+            d.active() ? 1 : 0, {{"kind", d.kind()}, {"subject", d.subject()}});
   }
   for (const rpc::WorkerStatus& w : status.workers()) {
     const Labels l = {{"worker", std::to_string(w.rank())}};
@@ -170,13 +198,13 @@ void AddJobFamilies(const rpc::StatusResponse& status, MetricFamilies& out) {
     b.Gauge("hetps_worker_compute_samples_per_second",
             "Samples per second of compute (capability)",
             p.compute_samples_per_s(), l);
-    b.Gauge("hetps_worker_busy_ratio",
-            "Share of training time spent computing", p.busy_fraction(), l);
+    b.Gauge("hetps_worker_busy_ratio", "Share of training time spent computing",
+            p.busy_fraction(), l);
     b.Gauge("hetps_worker_staleness",
             "Applies its latest push's parameters lacked",
             static_cast<double>(w.staleness()), l);
-    b.Gauge("hetps_worker_batch_size", "Its current batch size",
-            p.batch_size(), l);
+    b.Gauge("hetps_worker_batch_size", "Its current batch size", p.batch_size(),
+            l);
     b.Gauge("hetps_worker_push_freq", "Steps per push", p.push_freq(), l);
     b.Counter("hetps_worker_samples_total", "Samples trained",
               static_cast<double>(p.samples()), l);
@@ -190,10 +218,16 @@ void AddJobFamilies(const rpc::StatusResponse& status, MetricFamilies& out) {
     b.Counter("hetps_worker_gradient_sent_bytes_total",
               "Gradient payload as sent (after compression)",
               static_cast<double>(p.sent_bytes()), l);
+    b.Counter("hetps_worker_pulled_rows_total",
+              "Sparse rows pulled from the servers",
+              static_cast<double>(p.pulled_rows()), l);
+    b.Counter("hetps_worker_cached_rows_total",
+              "Sparse rows read from its hot-row cache instead",
+              static_cast<double>(p.cached_rows()), l);
     if (!p.codec().empty()) {
       b.Gauge("hetps_worker_codec_info",
-              "1 for the codec of the worker's latest push",
-              1, {{"worker", std::to_string(w.rank())}, {"codec", p.codec()}});
+              "1 for the codec of the worker's latest push", 1,
+              {{"worker", std::to_string(w.rank())}, {"codec", p.codec()}});
     }
   }
 }

@@ -49,6 +49,20 @@ rpc::StatusResponse TwoWorkersOneServer() {
   h->add_counts(2);  // ≤ 10 ms
   h->add_counts(1);  // more
   h->set_sum_s(0.5);
+  // Two buckets served; a hot-row cache's record.
+  rpc::AccessStats* a = s->mutable_access();
+  for (uint32_t b : {3u, 9u}) {
+    a->add_buckets(b);
+    a->add_pulled_rows(b * 10);
+    a->add_pushed_rows(b);
+    a->add_bytes(b * 11 * 32);
+    a->add_service_ns(b * 1000);
+  }
+  a->set_service_s(0.25);
+  s->mutable_stats()->set_read_lag_bound(8);
+  s->mutable_stats()->set_cached_pushes(40);
+  status.mutable_workers(0)->mutable_progress()->set_pulled_rows(700);
+  status.mutable_workers(0)->mutable_progress()->set_cached_rows(300);
   rpc::Diagnostic* d = status.add_diagnostics();
   d->set_kind("slow_worker");
   d->set_subject("worker 1");
@@ -66,15 +80,21 @@ TEST(MetricsTest, JobSeriesCarryTheStatusWithWorkerLabels) {
   EXPECT_THAT(text, HasSubstr("hetps_diagnostic{kind=\"slow_worker\",subject="
                               "\"worker 1\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("hetps_test_auc 0.79\n"));
-  EXPECT_THAT(text, HasSubstr(
-      "hetps_worker_samples_per_second{worker=\"0\"} 4000\n"));
-  EXPECT_THAT(text, HasSubstr(
-      "hetps_worker_samples_per_second{worker=\"1\"} 1200.5\n"));
+  EXPECT_THAT(
+      text, HasSubstr("hetps_worker_samples_per_second{worker=\"0\"} 4000\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("hetps_worker_samples_per_second{worker=\"1\"} 1200.5\n"));
   EXPECT_THAT(text, HasSubstr("hetps_worker_live{worker=\"1\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("hetps_worker_batch_size{worker=\"1\"} 32\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE hetps_worker_samples_total counter\n"));
-  EXPECT_THAT(text, HasSubstr(
-      "hetps_worker_codec_info{worker=\"0\",codec=\"int8\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("hetps_worker_cached_rows_total{worker=\"0\"} 300\n"));
+  EXPECT_THAT(text,
+              HasSubstr("hetps_worker_pulled_rows_total{worker=\"0\"} 700\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("hetps_worker_codec_info{worker=\"0\",codec=\"int8\"} 1\n"));
   // No codec yet: no codec series for worker 1.
   EXPECT_THAT(text, Not(HasSubstr("codec_info{worker=\"1\"")));
   // Servers export their own series, not the job's endpoint.
@@ -97,8 +117,23 @@ TEST(MetricsTest, ServerSeriesHaveServerAndTableLabelsAndAHistogram) {
                               "server=\"1\",le=\"0.01\"} 5\n"));
   EXPECT_THAT(text, HasSubstr("hetps_server_pull_latency_seconds_bucket{"
                               "server=\"1\",le=\"+Inf\"} 6\n"));
-  EXPECT_THAT(text, HasSubstr(
-      "hetps_server_pull_latency_seconds_count{server=\"1\"} 6\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("hetps_server_pull_latency_seconds_count{server=\"1\"} 6\n"));
+  // What its requests touched, summed over its buckets; the cache's record
+  // where workers keep hot rows.
+  EXPECT_THAT(text, HasSubstr("hetps_server_rows_total{server=\"1\","
+                              "direction=\"pulled\"} 120\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_server_rows_total{server=\"1\","
+                              "direction=\"pushed\"} 12\n"));
+  EXPECT_THAT(text,
+              HasSubstr("hetps_server_row_bytes_total{server=\"1\"} 4224\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("hetps_server_service_seconds_total{server=\"1\"} 0.25\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_server_read_lag_bound{server=\"1\"} 8\n"));
+  EXPECT_THAT(text,
+              HasSubstr("hetps_server_cached_pushes_total{server=\"1\"} 40\n"));
   // A push histogram that was never filled in is left out, not invented.
   EXPECT_THAT(text, Not(HasSubstr("push_latency")));
 }
@@ -118,7 +153,8 @@ TEST(HttpEndpointTest, ServesRoutesAndAsksForTheToken) {
   int calls = 0;
   auto endpoint = HttpEndpoint::Start(
       "127.0.0.1", 0, "s3cret",
-      {{"/metrics", [&] {
+      {{"/metrics",
+        [&] {
           ++calls;
           return HttpReply{.body = "hetps_window 3\n"};
         }}},
