@@ -100,11 +100,11 @@ struct ServerOptions {
 // server's by at most the bound — `max_lag` applies; 0: one window
 // (semi_async) or one push of every worker (async). The servers enforce
 // and record the bound (AggregatorStats.read_lag_*). Sync reads exact
-// rows: no cache there. The defaults: on the hetero reference cluster
-// (DeepFM, semi_async, window 17) they cut pulled bytes by 51% on
-// generated Criteo data (Zipf 1.1) and 33% on MovieLens, AUC within
-// 0.0006; a bound of one window cut 54% and lost 0.034 AUC on the Criteo
-// data (docs/BENCHMARKS.md §10).
+// rows: no cache there. Off by default: on the hetero reference cluster
+// (semi_async) these defaults cut pulled bytes by 33% on MovieLens at the
+// same AUC, but by 51-73% on generated Criteo data (Zipf 1.1) at an AUC
+// 0.005-0.048 lower — the hot rows are the ones every apply moves; a bound
+// of one window (17) lost 0.034 there (docs/BENCHMARKS.md §10).
 struct HotRowsConfig {
   bool enabled = false;
   double hot_share = 0.05;
