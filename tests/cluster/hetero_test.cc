@@ -76,6 +76,35 @@ TEST(HeteroClusterTest, SemiAsyncKeepsTheStalenessBound) {
   EXPECT_EQ(run.summary["emulated"], true);
 }
 
+// issue 14: the workers' hot-row cache in a real job. 8 fields of 200 ids
+// each: every id is in a good share of the batches, so many rows are read
+// from the copies, each at most max_lag applies behind the step's pull by
+// the servers' own record; every sample is still trained once.
+TEST(HeteroClusterTest, HotRowCacheReadsCopiesWithinTheBound) {
+  TempDir dir;
+  const testing::LaunchedJob run = testing::LaunchJob(
+      dir, dir.Write("job.yaml", MixedJob("semi_async", 8)),
+      {"client.hot_rows.enabled=true", "client.hot_rows.max_lag=3"});
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const nlohmann::json& s = run.summary;
+  EXPECT_EQ(s["samples"].get<uint64_t>(), 40000u);
+  EXPECT_GT(s["test_auc"].get<double>(), 0.6);
+  const uint64_t cached = s["cached_rows"].get<uint64_t>();
+  const uint64_t pulled = s["pulled_rows"].get<uint64_t>();
+  // (43% when written: a copy lives 3 applies, about 3 steps of a worker)
+  EXPECT_GT(4 * cached, cached + pulled) << "a quarter of the rows or more";
+  EXPECT_GT(pulled, 0u);
+  const nlohmann::json& lag = s["read_lag"];
+  EXPECT_EQ(lag["bound"], 3);
+  EXPECT_EQ(lag["violations"], 0);
+  EXPECT_LE(lag["max"].get<uint64_t>(), 3u);
+  EXPECT_GT(lag["cached_pushes"].get<uint64_t>(), 0u);
+  uint64_t counted = 0;
+  for (const auto& n : lag["counts"]) counted += n.get<uint64_t>();
+  EXPECT_EQ(counted, lag["cached_pushes"].get<uint64_t>());
+  EXPECT_THAT(run.result.output, HasSubstr("hot-row cache: "));
+}
+
 TEST(HeteroClusterTest, ProportionalBatchesKeepEveryWorkerBusy) {
   TempDir dir;
   const testing::LaunchedJob run =
