@@ -650,12 +650,12 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
     summary["sent_by_codec"] = sent_by_codec;
     summary["compression_ratio"] =
         sent_bytes > 0 ? static_cast<double>(raw_bytes) / sent_bytes : 1.0;
-    // Gradient values only: keys are 8 bytes in every codec.
     // Sparse pulls, and what the hot-row cache (client.hot_rows) saved.
     summary["pulled_rows"] = pulled_rows;
     summary["pulled_bytes"] = pulled_bytes;
     summary["cached_rows"] = cached_rows;
     summary["refetched_rows"] = refetched_rows;
+    // Gradient values only: keys are 8 bytes in every codec.
     summary["gradient_value_bytes_raw"] = raw_value_bytes;
     summary["gradient_value_bytes_sent"] = sent_value_bytes;
     summary["value_compression_ratio"] =
@@ -692,8 +692,9 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       summary["server_load_max_over_mean"] =
           status_json["server_load_max_over_mean"];
       summary["hot_keys"] = status_json["hot_keys"];
-      if (config.client.hot_rows.enabled)
+      if (config.client.hot_rows.enabled) {
         summary["read_lag"] = ReadLagSummary(*final_status);
+      }
       summary["diagnostics"] = nlohmann::json::array();
       for (const rpc::Diagnostic& d : final_status->diagnostics()) {
         summary["diagnostics"].push_back(ProtoToJson(d));

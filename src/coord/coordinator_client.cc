@@ -281,20 +281,21 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
   // Each server's share of the rows its requests touched and of the time
   // it spent serving them (its load), and the hottest keys (the raw
   // per-bucket totals stay in the proto).
-  double total_rows = 0, total_service = 0;
-  std::vector<double> service;
-  std::vector<rpc::AccessStats> access;
+  double total_rows = 0, total_service = 0, max_service = 0;
+  std::vector<AccessTotals> totals_of;
+  std::vector<const rpc::AccessStats*> access;
   for (const rpc::ServerStatus& s : status.servers()) {
-    total_rows += SumAccess(s.access()).rows();
+    totals_of.push_back(SumAccess(s.access()));
+    total_rows += totals_of.back().rows();
     total_service += s.access().service_s();
-    service.push_back(s.access().service_s());
-    access.push_back(s.access());
+    max_service = std::max(max_service, s.access().service_s());
+    access.push_back(&s.access());
   }
   uint64_t queued = 0;
   for (int i = 0; i < status.servers_size(); ++i) {
     nlohmann::json& s = j["servers"][i];
     const rpc::AccessStats& a = status.servers(i).access();
-    const AccessTotals totals = SumAccess(a);
+    const AccessTotals& totals = totals_of[i];
     s["load"] = {{"pulled_rows", totals.pulled_rows},
                  {"pushed_rows", totals.pushed_rows},
                  {"bytes", totals.bytes},
@@ -321,8 +322,7 @@ nlohmann::json StatusToJson(const rpc::StatusResponse& status) {
   j["max_staleness"] = max_staleness;
   // Of the service time: what a slower or busier server feels.
   j["server_load_max_over_mean"] =
-      total_service > 0 ? *std::max_element(service.begin(), service.end()) *
-                              service.size() / total_service
+      total_service > 0 ? max_service * status.servers_size() / total_service
                         : 0.0;
   j["hot_keys"] = nlohmann::json::array();
   for (const ServerHotKey& k : HottestKeys(access, kHotKeysShown)) {

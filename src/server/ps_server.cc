@@ -353,12 +353,12 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
   view.clock = *clock;
-  if (request.has_oldest_read()) {
-    RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
-  }
   const absl::Time began = clock_.Now();
   absl::Status pushed = aggregator_->Push(view);
   if (!pushed.ok()) return pushed;
+  if (request.has_oldest_read()) {
+    RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
+  }
   // The push's service time, shared by its sparse rows.
   const absl::Duration service = clock_.Now() - began;
   size_t rows = 0;

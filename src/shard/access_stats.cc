@@ -231,11 +231,13 @@ AccessTotals SumAccess(const rpc::AccessStats& stats) {
   return totals;
 }
 
-std::vector<ServerHotKey> HottestKeys(std::span<const rpc::AccessStats> stats,
-                                      size_t n) {
+std::vector<ServerHotKey> HottestKeys(
+    std::span<const rpc::AccessStats* const> stats, size_t n) {
   std::vector<ServerHotKey> keys;
   for (uint32_t s = 0; s < stats.size(); ++s) {
-    for (const rpc::HotKey& key : stats[s].hot_keys()) keys.push_back({s, key});
+    for (const rpc::HotKey& key : stats[s]->hot_keys()) {
+      keys.push_back({s, key});
+    }
   }
   n = std::min(n, keys.size());
   std::partial_sort(keys.begin(), keys.begin() + n, keys.end(),

@@ -147,7 +147,7 @@ struct ServerHotKey {
   uint32_t server;
   rpc::HotKey key;
 };
-std::vector<ServerHotKey> HottestKeys(std::span<const rpc::AccessStats> stats,
-                                      size_t n);
+std::vector<ServerHotKey> HottestKeys(
+    std::span<const rpc::AccessStats* const> stats, size_t n);
 
 }  // namespace hetps
