@@ -1,10 +1,12 @@
 // Micro-benchmarks of SparseTable Pull and Push on warm rows (every key
-// already present), the steady state of training. Keys are random 64-bit ids,
-// as produced by feature hashing.
+// already present), the steady state of training, and of what a server
+// adds per request to record its access (shard/access_stats.h). Keys are
+// random 64-bit ids, as produced by feature hashing.
 //
 //   table_bench --benchmark_format=json
 //
-// Arguments: {keys per request, dim}. items/s counts keys.
+// Arguments: {keys per request, dim} ({keys} for RecordAccess). items/s
+// counts keys.
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "common/clock.h"
 #include "hetps/config.h"
+#include "shard/access_stats.h"
 #include "table/optimizer.h"
 #include "table/sparse_table.h"
 
@@ -78,7 +82,29 @@ void Sizes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"keys", "dim"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
+// One request's keys recorded by a server of the default 4096 buckets.
+void BM_RecordAccess(benchmark::State& state) {
+  const size_t count = static_cast<size_t>(state.range(0));
+  AccessRecorder recorder(ServerOptions{}.num_buckets, {"bench"},
+                          Clock::Real());
+  std::mt19937_64 rng(42);
+  std::vector<uint64_t> keys(count);
+  for (auto& k : keys) k = rng();
+  for (auto _ : state) {
+    recorder.Record(Access::kPull, "bench", keys, 64, absl::Microseconds(100));
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(count));
+}
+
 BENCHMARK(BM_Pull)->Apply(Sizes);
+BENCHMARK(BM_RecordAccess)
+    ->Arg(64)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->ArgName("keys")
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Push, sgd, "sgd")->Apply(Sizes);
 BENCHMARK_CAPTURE(BM_Push, adagrad, "adagrad")->Apply(Sizes);
 
