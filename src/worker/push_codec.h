@@ -59,9 +59,11 @@ class PushCodec {
     return sent_by_codec_;
   }
 
-  // Over-compression check at `step` with smoothed loss `loss`; returns the
-  // warning the first time it fires.
-  std::optional<std::string> CheckConvergence(uint64_t step, double loss);
+  // Over-compression check at `step` with smoothed loss `loss` whose
+  // standard error is `loss_error`; returns the warning the first time it
+  // fires.
+  std::optional<std::string> CheckConvergence(uint64_t step, double loss,
+                                              double loss_error);
 
  private:
   PushCodec(const JobConfig& config, CodecSpec fixed, bool adaptive,

@@ -318,8 +318,8 @@ void WorkerSession::CloseBatch() {
   }
   if (report_.steps % kLossCurveEvery == 0 && !recent_loss_.empty()) {
     report_.loss_curve.emplace_back(report_.steps, MeanRecentLoss());
-    if (auto warning =
-            codec_->CheckConvergence(report_.steps, MeanRecentLoss())) {
+    if (auto warning = codec_->CheckConvergence(
+            report_.steps, MeanRecentLoss(), RecentLossError())) {
       spdlog::warn("{}", *warning);
       report_.warnings.push_back(*warning);
     }
@@ -374,6 +374,16 @@ double WorkerSession::MeanRecentLoss() const {
   if (recent_loss_.empty()) return 0.0;
   return std::accumulate(recent_loss_.begin(), recent_loss_.end(), 0.0) /
          static_cast<double>(recent_loss_.size());
+}
+
+double WorkerSession::RecentLossError() const {
+  const size_t n = recent_loss_.size();
+  if (n < 2) return 0.0;
+  const double mean = MeanRecentLoss();
+  double squares = 0;
+  for (double l : recent_loss_) squares += (l - mean) * (l - mean);
+  return std::sqrt(squares / static_cast<double>(n - 1) /
+                   static_cast<double>(n));
 }
 
 absl::Status WorkerSession::Finish() {

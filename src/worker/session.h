@@ -200,6 +200,9 @@ class WorkerSession {
   void PaceCompute();
   void CloseBatch();
   double MeanRecentLoss() const;
+  // The standard error of MeanRecentLoss (batch losses taken as
+  // independent).
+  double RecentLossError() const;
   rpc::WorkerProgress Progress() const;
 
   const JobConfig& config_;
