@@ -85,6 +85,43 @@ struct ClusterConfig {
   int max_worker_restarts = 0;
 };
 
+// One slow-down of an emulated device: from from_s to to_s seconds after
+// the worker starts training it runs at `factor` of its throughput.
+struct SlowdownConfig {
+  double from_s = 0;
+  double to_s = 0;
+  double factor = 1;
+};
+
+// An emulated server machine for the servers in `ranks`: its table work
+// takes 1 / speed as long, the extra time on one serial timeline per server,
+// so its capacity shrinks, not only its latency (server/server_pace.h). Lets
+// one computer reproduce a cluster whose servers differ; always labelled as
+// emulation. Slow-downs (from_s, to_s: seconds after the server starts)
+// multiply the speed by their factor, like a worker's.
+struct ServerProfileConfig {
+  std::vector<int> ranks;
+  double speed = 1;  // (0, 1]: a fraction of this machine's speed
+  std::vector<SlowdownConfig> slowdowns;
+};
+
+// Placement of sparse rows by measured load (SPEC §4; src/shard/
+// rebalancer.h). Every control period (semi_async.adapt_every_s) the
+// coordinator plans which buckets to move so that the servers' service time
+// evens out, and shows the plan in status: nothing moves while max/mean is
+// at or below `trigger`; a plan stops at `target`, at `max_moved_mb` of
+// rows, or when no move lowers the largest load by `min_gain` of the mean;
+// a bucket that moved stays for `hold_periods` periods. Moving buckets
+// while training (live migration) is not built yet: the plan is advice
+// (docs/ARCHITECTURE.md, "Placement by load").
+struct ShardingConfig {
+  double trigger = 1.10;
+  double target = 1.05;
+  double min_gain = 0.01;
+  double max_moved_mb = 256;
+  uint32_t hold_periods = 3;
+};
+
 struct ServerOptions {
   uint32_t num_buckets = 4096;               // ShardMap buckets
   uint64_t max_keys_per_request = 1u << 24;  // larger → RESOURCE_EXHAUSTED
@@ -186,14 +223,6 @@ struct SemiAsyncConfig {
   // once. Any apply smaller than a full round takes that share of a step
   // (as sync's last rounds of an epoch do).
   double min_apply_fraction = 0.5;
-};
-
-// One slow-down of an emulated device: from from_s to to_s seconds after
-// the worker starts training it runs at `factor` of its throughput.
-struct SlowdownConfig {
-  double from_s = 0;
-  double to_s = 0;
-  double factor = 1;
 };
 
 // An emulated machine for the workers in `ranks` (DESIGN.md: DeviceProfile).
@@ -356,6 +385,8 @@ struct JobConfig {
   SemiAsyncConfig semi_async;
   PlannerConfig planner;
   std::vector<DeviceProfileConfig> device_profiles;
+  std::vector<ServerProfileConfig> server_profiles;
+  ShardingConfig sharding;
   CompressConfig compress;
   // Tables of the job. When empty, the model's own (ResolveModelTables).
   std::vector<TableConfig> tables;
@@ -376,6 +407,8 @@ struct JobConfig {
   const std::string& coordinator_address() const;
   // The emulated profile of worker `rank`, or nullptr (a real machine).
   const DeviceProfileConfig* ProfileOf(uint32_t rank) const;
+  // The emulated profile of server `rank`, or nullptr (a real machine).
+  const ServerProfileConfig* ServerProfileOf(uint32_t rank) const;
   // Whether batches follow throughput (planner.batch_plan resolved).
   bool ProportionalBatches() const;
 };

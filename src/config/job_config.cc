@@ -153,6 +153,22 @@ void Fields(DeviceProfileConfig& c, Visit&& visit) {
 }
 
 template <typename Visit>
+void Fields(ServerProfileConfig& c, Visit&& visit) {
+  visit("ranks", c.ranks);
+  visit("speed", c.speed);
+  visit("slowdowns", c.slowdowns);
+}
+
+template <typename Visit>
+void Fields(ShardingConfig& c, Visit&& visit) {
+  visit("trigger", c.trigger);
+  visit("target", c.target);
+  visit("min_gain", c.min_gain);
+  visit("max_moved_mb", c.max_moved_mb);
+  visit("hold_periods", c.hold_periods);
+}
+
+template <typename Visit>
 void Fields(CompressConfig& c, Visit&& visit) {
   visit("codec", c.codec);
   visit("keep_fraction", c.keep_fraction);
@@ -228,6 +244,8 @@ void Fields(JobConfig& c, Visit&& visit) {
   visit("semi_async", c.semi_async);
   visit("planner", c.planner);
   visit("device_profiles", c.device_profiles);
+  visit("server_profiles", c.server_profiles);
+  visit("sharding", c.sharding);
   visit("compress", c.compress);
   visit("tables", c.tables);
   visit("server", c.server);
@@ -571,6 +589,15 @@ int JobConfig::num_workers() const {
 
 const DeviceProfileConfig* JobConfig::ProfileOf(uint32_t rank) const {
   for (const DeviceProfileConfig& p : device_profiles) {
+    for (int r : p.ranks) {
+      if (static_cast<uint32_t>(r) == rank) return &p;
+    }
+  }
+  return nullptr;
+}
+
+const ServerProfileConfig* JobConfig::ServerProfileOf(uint32_t rank) const {
+  for (const ServerProfileConfig& p : server_profiles) {
     for (int r : p.ranks) {
       if (static_cast<uint32_t>(r) == rank) return &p;
     }

@@ -292,6 +292,24 @@ constexpr absl::string_view kBatchPlans[] = {"fixed", "proportional", "auto"};
 constexpr absl::string_view kCodecs[] = {
     "none", "fp16", "int8", "sparse", "sparse+fp16", "sparse+int8", "adaptive"};
 
+// The slow-downs of the profile at `path` (a worker's or a server's).
+absl::Status ValidateSlowdowns(const std::string& path,
+                               const std::vector<SlowdownConfig>& slowdowns) {
+  for (size_t i = 0; i < slowdowns.size(); ++i) {
+    const std::string sp = IndexPath(JoinPath(path, "slowdowns"), i);
+    const SlowdownConfig& d = slowdowns[i];
+    CONFIG_RETURN_IF_ERROR(CheckNonNegative(JoinPath(sp, "from_s"), d.from_s));
+    if (!(d.to_s > d.from_s)) {
+      return Invalid(sp, ".to_s: must be > from_s (", d.from_s, "), got ",
+                     d.to_s);
+    }
+    if (!(d.factor > 0 && d.factor <= 1)) {
+      return Invalid(sp, ".factor: must be in (0, 1], got ", d.factor);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateHeterogeneity(const JobConfig& config) {
   const SemiAsyncConfig& sa = config.semi_async;
   CONFIG_RETURN_IF_ERROR(
@@ -355,25 +373,48 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
         CheckAtLeast(JoinPath(path, "batch_size"), p.batch_size, 0));
     CONFIG_RETURN_IF_ERROR(
         CheckAtLeast(JoinPath(path, "push_freq"), p.push_freq, 0));
-    for (size_t i = 0; i < p.slowdowns.size(); ++i) {
-      const std::string sp = IndexPath(JoinPath(path, "slowdowns"), i);
-      const SlowdownConfig& d = p.slowdowns[i];
-      CONFIG_RETURN_IF_ERROR(
-          CheckNonNegative(JoinPath(sp, "from_s"), d.from_s));
-      if (!(d.to_s > d.from_s)) {
-        return Invalid(sp, ".to_s: must be > from_s (", d.from_s, "), got ",
-                       d.to_s);
-      }
-      if (!(d.factor > 0 && d.factor <= 1)) {
-        return Invalid(sp, ".factor: must be in (0, 1], got ", d.factor);
-      }
-      if (p.throughput == 0) {
-        return Invalid(sp, ": a slow-down needs ", path,
-                       ".throughput (the speed it slows down from)");
-      }
+    CONFIG_RETURN_IF_ERROR(ValidateSlowdowns(path, p.slowdowns));
+    if (!p.slowdowns.empty() && p.throughput == 0) {
+      return Invalid(IndexPath(JoinPath(path, "slowdowns"), 0),
+                     ": a slow-down needs ", path,
+                     ".throughput (the speed it slows down from)");
     }
   }
+  std::vector<int> server_group(config.num_servers(), -1);
+  for (size_t g = 0; g < config.server_profiles.size(); ++g) {
+    const std::string path = IndexPath("server_profiles", g);
+    const ServerProfileConfig& p = config.server_profiles[g];
+    if (p.ranks.empty()) return Invalid(path, ".ranks: must list servers");
+    for (int r : p.ranks) {
+      if (r < 0 || r >= config.num_servers()) {
+        return Invalid(path, ".ranks: server ", r,
+                       " out of range (the job has ", config.num_servers(),
+                       " servers)");
+      }
+      if (server_group[r] >= 0) {
+        return Invalid(path, ".ranks: server ", r,
+                       " is also in server_profiles[", server_group[r], "]");
+      }
+      server_group[r] = static_cast<int>(g);
+    }
+    if (!(p.speed > 0 && p.speed <= 1)) {
+      return Invalid(path, ".speed: must be in (0, 1], got ", p.speed);
+    }
+    CONFIG_RETURN_IF_ERROR(ValidateSlowdowns(path, p.slowdowns));
+  }
   return absl::OkStatus();
+}
+
+absl::Status ValidateSharding(const ShardingConfig& c) {
+  if (!(c.trigger >= 1 && std::isfinite(c.trigger))) {
+    return Invalid("sharding.trigger: must be >= 1, got ", c.trigger);
+  }
+  if (!(c.target >= 1 && c.target <= c.trigger)) {
+    return Invalid("sharding.target: must be in [1, trigger (", c.trigger,
+                   ")], got ", c.target);
+  }
+  CONFIG_RETURN_IF_ERROR(CheckNonNegative("sharding.min_gain", c.min_gain));
+  return CheckPositive("sharding.max_moved_mb", c.max_moved_mb);
 }
 
 absl::Status ValidateTables(const std::vector<TableConfig>& tables) {
@@ -420,6 +461,7 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(ValidateAuth(config.auth));
   CONFIG_RETURN_IF_ERROR(ValidateMetrics(config.metrics, config.num_servers()));
   CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
+  CONFIG_RETURN_IF_ERROR(ValidateSharding(config.sharding));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_failures",
                                       config.cluster.max_worker_failures, 0));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_restarts",

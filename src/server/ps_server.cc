@@ -74,7 +74,12 @@ PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
       clock_(clock),
       shard_map_(std::move(shard_map)),
       aggregator_(std::move(aggregator)),
-      access_(shard_map_.num_buckets(), SparseTableNames(config), clock) {}
+      access_(shard_map_.num_buckets(), SparseTableNames(config), clock),
+      pace_(config_.ServerProfileOf(rank), clock, clock.Now()) {
+  if (config_.ServerProfileOf(rank) != nullptr) {
+    spdlog::info("server {}: {}", rank, pace_.Describe());
+  }
+}
 
 SparseTable* PsServer::sparse_table(const std::string& name) const {
   auto it = sparse_.find(name);
@@ -193,7 +198,8 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
   const absl::Time began = clock_.Now();
   aggregator_->PullSparse(request.worker_id(), table, keys, out);
   access_.Record(Access::kPull, table->config().name, keys,
-                 table->dim() * sizeof(float), clock_.Now() - began);
+                 table->dim() * sizeof(float),
+                 pace_.Pace(clock_.Now() - began));
   return absl::OkStatus();
 }
 
@@ -234,7 +240,7 @@ absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
   aggregator_->PullDense(
       request.worker_id(), table,
       ResizeAs<float>(response->mutable_values(), table->length()));
-  access_.RecordOther(clock_.Now() - began);
+  access_.RecordOther(pace_.Pace(clock_.Now() - began));
   return absl::OkStatus();
 }
 
@@ -360,7 +366,7 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
     RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
   }
   // The push's service time, shared by its sparse rows.
-  const absl::Duration service = clock_.Now() - began;
+  const absl::Duration service = pace_.Pace(clock_.Now() - began);
   size_t rows = 0;
   for (const PushView::Sparse& sparse : view.sparse) rows += sparse.keys.size();
   if (rows == 0) access_.RecordOther(service);

@@ -26,6 +26,7 @@
 #include "hetps/config.h"
 #include "server/aggregator.h"
 #include "server/latency.h"
+#include "server/server_pace.h"
 #include "shard/access_stats.h"
 #include "shard/shard_map.h"
 #include "table/dense_table.h"
@@ -125,6 +126,7 @@ class PsServer final : public rpc::ParameterServer::Service {
   LatencyHistogram pull_latency_;
   LatencyHistogram push_latency_;
   AccessRecorder access_;  // rows, bytes and hot keys of sparse requests
+  ServerPace pace_;        // server_profiles: an emulated slower machine
   mutable absl::Mutex metrics_mu_;
   std::string metrics_endpoint_ ABSL_GUARDED_BY(metrics_mu_);
 

@@ -38,6 +38,7 @@ class ShardMap {
     return BucketOfKey(key, num_buckets());
   }
   uint32_t ServerOf(uint64_t key) const { return owner_[BucketOf(key)]; }
+  uint32_t owner(uint32_t bucket) const { return owner_[bucket]; }
 
   // Server `server`'s slice [offset, offset + length) of a dense array of
   // `size` floats: the first size % n servers get one element more.

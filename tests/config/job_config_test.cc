@@ -279,6 +279,35 @@ TEST(JobConfigTest, ValidationNamesTheField) {
               StatusIs(kInvalid, HasSubstr("log_level: unknown level 'loud'")));
 }
 
+TEST(JobConfigTest, ValidationChecksServerProfilesAndSharding) {
+  // The default cluster has 2 servers.
+  EXPECT_TRUE(
+      ValidateYaml("server_profiles: [{ranks: [1], speed: 0.5}]\n").ok());
+  EXPECT_THAT(ValidateYaml("server_profiles: [{ranks: [2], speed: 0.5}]\n"),
+              StatusIs(kInvalid, HasSubstr("server_profiles[0].ranks: server "
+                                           "2 out of range (the job has 2 "
+                                           "servers)")));
+  EXPECT_THAT(
+      ValidateYaml("server_profiles: [{ranks: [0]}, {ranks: [0]}]\n"),
+      StatusIs(kInvalid, HasSubstr("server_profiles[1].ranks: server 0 is "
+                                   "also in server_profiles[0]")));
+  EXPECT_THAT(ValidateYaml("server_profiles: [{ranks: [0], speed: 2}]\n"),
+              StatusIs(kInvalid, "server_profiles[0].speed: must be in (0, "
+                                 "1], got 2"));
+  EXPECT_THAT(
+      ValidateYaml("server_profiles: [{ranks: [0], slowdowns: [{from_s: 5, "
+                   "to_s: 2, factor: 0.5}]}]\n"),
+      StatusIs(kInvalid, HasSubstr("server_profiles[0].slowdowns[0].to_s: "
+                                   "must be > from_s")));
+  EXPECT_THAT(ValidateYaml("sharding: {trigger: 0.9}\n"),
+              StatusIs(kInvalid, HasSubstr("sharding.trigger: must be >= 1")));
+  EXPECT_THAT(ValidateYaml("sharding: {trigger: 1.2, target: 1.3}\n"),
+              StatusIs(kInvalid, HasSubstr("sharding.target: must be in [1, "
+                                           "trigger (1.2)], got 1.3")));
+  EXPECT_THAT(ValidateYaml("sharding: {max_moved_mb: 0}\n"),
+              StatusIs(kInvalid, HasSubstr("sharding.max_moved_mb")));
+}
+
 TEST(JobConfigTest, ValidationChecksOptimizersAndInitializers) {
   EXPECT_THAT(ValidateYaml("train: {optimizer: {type: rmsprop}}\n"),
               StatusIs(kInvalid,
