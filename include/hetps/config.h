@@ -110,14 +110,15 @@ struct ServerProfileConfig {
 // coordinator plans which buckets to move so that the servers' service time
 // evens out, and shows the plan in status: nothing moves while max/mean is
 // at or below `trigger`; a plan stops at `target`, at `max_moved_mb` of
-// rows, or when no move lowers the largest load by `min_gain` of the mean;
-// a bucket that moved stays for `hold_periods` periods. Moving buckets
+// rows, or when no move lowers the largest load; a plan that lowers
+// max/mean by less than `min_gain` moves nothing; a bucket that moved
+// stays for `hold_periods` periods. Moving buckets
 // while training (live migration) is not built yet: the plan is advice
 // (docs/ARCHITECTURE.md, "Placement by load").
 struct ShardingConfig {
   double trigger = 1.10;
   double target = 1.05;
-  double min_gain = 0.01;
+  double min_gain = 0.02;
   double max_moved_mb = 256;
   uint32_t hold_periods = 3;
 };

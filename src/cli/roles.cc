@@ -77,6 +77,26 @@ std::string FormatHotKey(const nlohmann::json& key) {
                          key.value("server", 0), 100 * key.value("share", 0.0));
 }
 
+// The Rebalancer's latest plan: "load max/mean 1.33 at 12 s; moving 37
+// buckets (0.3 MB: 1->0) would make it 1.05 (advice: ...)", or its reason
+// when it plans no moves.
+std::string FormatPlacement(const rpc::PlacementPlan& plan) {
+  if (plan.moves() == 0) {
+    return absl::StrFormat("load max/mean %.2f at %.0f s: %s",
+                           plan.max_over_mean(), plan.at_s(), plan.reason());
+  }
+  std::string flows;
+  for (const rpc::BucketFlow& f : plan.flows()) {
+    absl::StrAppend(&flows, flows.empty() ? "" : ", ", f.buckets(), " ",
+                    f.from(), "->", f.to());
+  }
+  return absl::StrFormat(
+      "load max/mean %.2f at %.0f s; moving %d buckets (%.1f MB: %s) would "
+      "make it %.2f (advice: buckets do not move during training yet)",
+      plan.max_over_mean(), plan.at_s(), plan.moves(), plan.bytes() / 1e6,
+      flows, plan.planned_max_over_mean());
+}
+
 // Whether the status shows a job with nothing left for the servers: every
 // worker done, or gone without finishing its data (dead).
 bool JobOver(const rpc::StatusResponse& status) {
@@ -692,6 +712,7 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       summary["server_load_max_over_mean"] =
           status_json["server_load_max_over_mean"];
       summary["hot_keys"] = status_json["hot_keys"];
+      summary["placement"] = status_json["placement"];
       if (config.client.hot_rows.enabled) {
         summary["read_lag"] = ReadLagSummary(*final_status);
       }
@@ -755,6 +776,10 @@ int RunLaunch(JobConfig config, const LaunchOptions& options) {
       std::printf("   servers' load max/mean %.2f; hottest key %s\n",
                   summary["server_load_max_over_mean"].get<double>(),
                   FormatHotKey(summary["hot_keys"][0]).c_str());
+    }
+    if (final_status.ok() && final_status->placement().moves() > 0) {
+      std::printf("   placement: %s\n",
+                  FormatPlacement(final_status->placement()).c_str());
     }
   }
   // The diagnostics raised during the run (all in summary.json).
@@ -908,6 +933,10 @@ int RunStatus(const std::string& coordinator_endpoint, bool json,
     }
     std::printf("hot keys (load max/mean %.2f): %s\n",
                 j["server_load_max_over_mean"].get<double>(), keys.c_str());
+  }
+  if (status->placement().at_s() > 0) {
+    std::printf("placement: %s\n",
+                FormatPlacement(status->placement()).c_str());
   }
   for (const std::string& change : status->window_changes()) {
     std::printf("window change: %s\n", change.c_str());

@@ -49,7 +49,8 @@ Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample,
       staleness_(config.num_workers(), 0),
       window_(config.semi_async,
               InitialWindow(config, ProfiledThroughputs(config))),
-      planner_(config_, bytes_per_sample) {
+      planner_(config_, bytes_per_sample),
+      rebalancer_(config.sharding) {
   absl::MutexLock lock(&mu_);
   // Servers are known from the endpoint list, or, at a rendezvous, only
   // this one (server 0) until the others register.
@@ -355,6 +356,7 @@ void Coordinator::ControlPeriod() {
   const bool semi_async = config_.mode == ConsistencyMode::kSemiAsync;
   const bool adapt = semi_async && config_.semi_async.adapt_window;
   const auto infos = PollServers(Servers());
+  PlanPlacement(infos);
   const WindowSignals total = SumSignals(infos);
   WindowSignals period = SignalsSince(total, last_signals_);
   last_signals_ = total;
@@ -424,6 +426,46 @@ void Coordinator::ControlPeriod() {
     }
   }
   BroadcastMembership();
+}
+
+void Coordinator::PlanPlacement(
+    const std::vector<std::optional<rpc::TableInfoResponse>>& infos) {
+  const uint32_t buckets = shard_map_.num_buckets();
+  last_access_.resize(infos.size());
+  std::vector<ServerPeriod> periods(infos.size());
+  for (size_t s = 0; s < infos.size(); ++s) {
+    if (!infos[s]) continue;
+    uint64_t stored = 0;
+    for (const rpc::TableInfo& t : infos[s]->tables()) {
+      stored += t.rows() * t.row_bytes();
+    }
+    periods[s] =
+        AccessPeriod(infos[s]->access(), last_access_[s], buckets, stored);
+    last_access_[s] = infos[s]->access();
+  }
+  const RebalancePlan plan = rebalancer_.Plan(shard_map_, periods);
+  rpc::PlacementPlan proto;
+  proto.set_at_s(absl::ToDoubleSeconds(clock_.Now() - started_));
+  proto.set_max_over_mean(plan.before);
+  proto.set_planned_max_over_mean(plan.after);
+  proto.set_moves(static_cast<uint32_t>(plan.moves.size()));
+  proto.set_bytes(plan.bytes);
+  proto.set_reason(plan.reason);
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> flows;
+  for (const BucketMove& m : plan.moves) ++flows[{m.from, m.to}];
+  for (const auto& [pair, n] : flows) {
+    rpc::BucketFlow* flow = proto.add_flows();
+    flow->set_from(pair.first);
+    flow->set_to(pair.second);
+    flow->set_buckets(n);
+  }
+  absl::MutexLock lock(&mu_);
+  if (!plan.moves.empty() && placement_.moves() == 0) {
+    spdlog::info("placement: servers' load max/mean {:.2f}; moving {} buckets "
+                 "would make it {:.2f} ({})",
+                 plan.before, plan.moves.size(), plan.after, plan.reason);
+  }
+  placement_ = std::move(proto);
 }
 
 void Coordinator::Departed(uint32_t rank, const std::string& reason) {
@@ -537,6 +579,7 @@ rpc::StatusResponse Coordinator::Status(bool ask_servers) {
     for (rpc::Diagnostic& d : diagnostics_.List()) {
       *response->add_diagnostics() = std::move(d);
     }
+    *response->mutable_placement() = placement_;
     for (uint32_t r = 0; r < progress_.size(); ++r) {
       rpc::WorkerStatus* ws = response->add_workers();
       ws->set_rank(r);

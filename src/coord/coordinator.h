@@ -54,6 +54,7 @@
 #include "coord/window_controller.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
+#include "shard/rebalancer.h"
 #include "shard/shard_map.h"
 
 namespace hetps {
@@ -149,6 +150,10 @@ class Coordinator final : public rpc::Coordinator::Service {
   std::vector<std::optional<rpc::TableInfoResponse>> PollServers(
       const std::vector<KnownServer>& servers) ABSL_LOCKS_EXCLUDED(mu_);
   void Replan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The Rebalancer's plan for the period the servers' `infos` close.
+  void PlanPlacement(
+      const std::vector<std::optional<rpc::TableInfoResponse>>& infos)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Rank check for handlers: INVALID_ARGUMENT when out of range.
   grpc::Status CheckRank(uint32_t rank) const;
   // A server's registration (rendezvous): its endpoint, and a stub to it.
@@ -177,6 +182,11 @@ class Coordinator final : public rpc::Coordinator::Service {
   BatchPlanner planner_ ABSL_GUARDED_BY(mu_);
   Diagnostics diagnostics_ ABSL_GUARDED_BY(mu_);
   WindowSignals last_signals_;  // control thread only: counters last seen
+  // Placement (control thread only): the Rebalancer and each server's
+  // access record of the last period; its latest plan for status.
+  Rebalancer rebalancer_;
+  std::vector<rpc::AccessStats> last_access_;
+  rpc::PlacementPlan placement_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex broadcast_mu_;  // serialises broadcasts: epochs arrive in order
   std::thread watcher_;

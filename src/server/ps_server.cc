@@ -459,6 +459,8 @@ rpc::TableInfoResponse PsServer::Info() const {
     ToSchemaProto(config, info->mutable_schema());
     if (SparseTable* table = sparse_table(config.name)) {
       info->set_rows(table->size());
+      info->set_row_bytes(sizeof(uint64_t) +
+                          sizeof(float) * (table->dim() + table->state_width()));
     } else if (DenseTable* table = dense_table(config.name)) {
       info->set_rows(table->length());
       info->set_dense_offset(table->offset());

@@ -15,14 +15,55 @@ double MaxOverMean(const std::vector<double>& load) {
          (sum / static_cast<double>(load.size()));
 }
 
+// Per bucket: rows touched and service ns, totals since the start.
+void AddTotals(const rpc::AccessStats& a, int sign,
+               std::vector<int64_t>& rows, std::vector<int64_t>& service_ns,
+               int64_t& total_ns) {
+  for (int i = 0; i < a.buckets_size(); ++i) {
+    const uint32_t b = a.buckets(i);
+    if (b >= rows.size()) continue;
+    rows[b] += sign * static_cast<int64_t>(a.pulled_rows(i) + a.pushed_rows(i));
+    if (i < a.service_ns_size()) {
+      service_ns[b] += sign * static_cast<int64_t>(a.service_ns(i));
+      total_ns += sign * static_cast<int64_t>(a.service_ns(i));
+    }
+  }
+}
+
 }  // namespace
+
+ServerPeriod AccessPeriod(const rpc::AccessStats& now,
+                          const rpc::AccessStats& before, uint32_t num_buckets,
+                          uint64_t stored_bytes) {
+  std::vector<int64_t> rows(num_buckets, 0), service_ns(num_buckets, 0);
+  int64_t rows_ns = 0;
+  AddTotals(now, 1, rows, service_ns, rows_ns);
+  AddTotals(before, -1, rows, service_ns, rows_ns);
+  ServerPeriod period;
+  period.known = true;
+  period.bucket_rows.resize(num_buckets);
+  for (uint32_t b = 0; b < num_buckets; ++b) {
+    period.bucket_rows[b] = static_cast<uint64_t>(std::max<int64_t>(0, rows[b]));
+  }
+  period.rows_service_s = std::max<int64_t>(0, rows_ns) * 1e-9;
+  period.other_service_s = std::max(
+      0.0, (now.service_s() - before.service_s()) - period.rows_service_s);
+  period.stored_bytes = stored_bytes;
+  return period;
+}
+
+bool Rebalancer::Held(const ShardMap& map, uint32_t bucket) const {
+  const Planned& p = planned_[bucket];
+  return p.period > 0 && period_ - p.period <= config_.hold_periods &&
+         map.owner(bucket) == p.to;
+}
 
 RebalancePlan Rebalancer::Plan(const ShardMap& map,
                                const std::vector<ServerPeriod>& servers) {
   ++period_;
   const uint32_t n = map.num_servers();
   const uint32_t buckets = map.num_buckets();
-  moved_in_period_.resize(buckets, 0);
+  planned_.resize(buckets);
   RebalancePlan plan;
   if (n < 2) {
     plan.reason = "one server";
@@ -78,8 +119,15 @@ RebalancePlan Rebalancer::Plan(const ShardMap& map,
       std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(n);
   plan.before = plan.after = MaxOverMean(load);
   if (plan.before <= config_.trigger) {
+    periods_over_ = 0;
     plan.reason = absl::StrFormat("balanced: max/mean %.2f <= %.2f",
                                   plan.before, config_.trigger);
+    return plan;
+  }
+  if (++periods_over_ < kPeriodsOver) {
+    plan.reason = absl::StrFormat(
+        "max/mean %.2f > %.2f in %d period (moves after %d in a row)",
+        plan.before, config_.trigger, periods_over_, kPeriodsOver);
     return plan;
   }
   const uint64_t cap =
@@ -106,10 +154,7 @@ RebalancePlan Rebalancer::Plan(const ShardMap& map,
         heaviest = here;
         heaviest_bucket = b;
       }
-      if (moved_in_period_[b] > 0 &&
-          period_ - moved_in_period_[b] <= config_.hold_periods) {
-        continue;
-      }
+      if (Held(map, b) || planned_[b].period == period_) continue;
       if (plan.bytes + bytes_of(b) > cap) {
         capped = true;
         continue;
@@ -121,7 +166,7 @@ RebalancePlan Rebalancer::Plan(const ShardMap& map,
         best = b;
       }
     }
-    if (best < 0 || load[from] - best_max < config_.min_gain * mean) {
+    if (best < 0) {
       if (heaviest > mean) {
         plan.reason = absl::StrFormat(
             "bucket %d alone is %.2fx the mean server load (its hot rows: "
@@ -141,7 +186,7 @@ RebalancePlan Rebalancer::Plan(const ShardMap& map,
     load[from] -= here;
     load[to] += there;
     owner[b] = to;
-    moved_in_period_[b] = period_;
+    planned_[b] = Planned{.period = period_, .to = to};
     plan.moves.push_back(
         BucketMove{.bucket = b, .from = from, .to = to, .bytes = bytes_of(b)});
     plan.bytes += bytes_of(b);
@@ -152,6 +197,16 @@ RebalancePlan Rebalancer::Plan(const ShardMap& map,
                                     plan.moves.size());
       break;
     }
+  }
+  if (plan.before - plan.after < config_.min_gain) {
+    plan.reason = absl::StrFormat(
+        "%d moves would only make max/mean %.2f of %.2f (sharding.min_gain "
+        "%.2f): %s",
+        plan.moves.size(), plan.after, plan.before, config_.min_gain,
+        plan.reason);
+    plan.moves.clear();
+    plan.bytes = 0;
+    plan.after = plan.before;
   }
   return plan;
 }

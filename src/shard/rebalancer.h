@@ -10,10 +10,13 @@
 // load is the sum over its buckets. The plan moves buckets from the most to
 // the least loaded server, each time the one that lowers the larger of the
 // two the most, until max/mean load is at `target`, no move helps, or the
-// next would pass the period's byte cap. Hysteresis: nothing moves while
-// max/mean is at or below `trigger`, a bucket moved in the last
-// `hold_periods` periods stays where it is, and a move must lower the pair's
-// larger load by at least `min_gain` of the mean.
+// next would pass the period's byte cap. Hysteresis: nothing moves until
+// max/mean is above `trigger` in two periods in a row (one period's
+// service times are noisy: on a balanced job here single periods reached
+// 1.14), a bucket that moved as planned in the
+// last `hold_periods` periods stays where it is (one whose move was not
+// made is free: a plan nobody carried out holds nothing), and a plan that
+// lowers max/mean by less than `min_gain` moves nothing.
 //
 // Pure: no clocks, no I/O; the coordinator's control loop feeds it.
 #pragma once
@@ -53,6 +56,13 @@ struct RebalancePlan {
   std::string reason;
 };
 
+// One server's period from two of its access records (`before` empty at
+// the first period): rows and service time per bucket are differences;
+// `stored_bytes` is what its sparse rows take now.
+ServerPeriod AccessPeriod(const rpc::AccessStats& now,
+                          const rpc::AccessStats& before, uint32_t num_buckets,
+                          uint64_t stored_bytes);
+
 class Rebalancer {
  public:
   explicit Rebalancer(const ShardingConfig& config) : config_(config) {}
@@ -64,9 +74,19 @@ class Rebalancer {
                      const std::vector<ServerPeriod>& servers);
 
  private:
+  // Whether `bucket` moved to where a recent plan sent it.
+  bool Held(const ShardMap& map, uint32_t bucket) const;
+
+  static constexpr int kPeriodsOver = 2;
+
   const ShardingConfig config_;
   uint64_t period_ = 0;
-  std::vector<uint64_t> moved_in_period_;  // by bucket; 0: never moved
+  int periods_over_ = 0;  // periods in a row above the trigger
+  struct Planned {
+    uint64_t period = 0;  // 0: never planned
+    uint32_t to = 0;
+  };
+  std::vector<Planned> planned_;  // by bucket: its latest planned move
 };
 
 }  // namespace hetps

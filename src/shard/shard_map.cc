@@ -32,6 +32,13 @@ void ShardMap::ToProto(rpc::ShardMapProto* proto) const {
   proto->mutable_bucket_owner()->Assign(owner_.begin(), owner_.end());
 }
 
+ShardMap ShardMap::WithOwners(
+    const std::vector<std::pair<uint32_t, uint32_t>>& moves) const {
+  std::vector<uint32_t> owner = owner_;
+  for (const auto& [bucket, server] : moves) owner.at(bucket) = server;
+  return ShardMap(version_ + 1, num_servers_, std::move(owner));
+}
+
 std::pair<uint64_t, uint64_t> ShardMap::DenseSlice(uint64_t size,
                                                    uint32_t server,
                                                    uint32_t num_servers) {

@@ -29,6 +29,10 @@ class ShardMap {
   // INVALID_ARGUMENT when the owners do not fit num_servers or are empty.
   static absl::StatusOr<ShardMap> FromProto(const rpc::ShardMapProto& proto);
   void ToProto(rpc::ShardMapProto* proto) const;
+  // The next version: each (bucket, server) of `moves` owned by that server.
+  // Both must be in range.
+  ShardMap WithOwners(
+      const std::vector<std::pair<uint32_t, uint32_t>>& moves) const;
 
   uint64_t version() const { return version_; }
   uint32_t num_servers() const { return num_servers_; }

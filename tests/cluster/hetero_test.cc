@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -494,6 +495,68 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
   EXPECT_THAT(text.output, HasSubstr("lr_emb:"));
   // launch printed its live status line while the job ran.
   EXPECT_THAT(launched.output, HasSubstr("[status] "));
+}
+
+TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
+  // Server 1 emulates a machine at a quarter of this one's speed: equal
+  // rows, four times the service time. The coordinator's Rebalancer plans
+  // to move buckets off it, and status shows the plan (advice: buckets do
+  // not move yet).
+  TempDir dir;
+  const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
+  const std::string config = dir.Write(
+      "job.yaml", MixedJob("semi_async", 8) +
+                      "server_profiles: [{ranks: [1], speed: 0.25}]\n");
+  std::atomic<bool> over{false};
+  testing::CommandResult launched;
+  std::thread launcher([&] {
+    launched = RunCommand(
+        {testing::HetpsBinary(), "launch", config, "--run-dir",
+         dir.path() + "/run", "--set",
+         absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
+         "--set", "train.epochs=8", "--set", "semi_async.adapt_every_s=0.5"},
+        std::chrono::seconds(180));
+    over = true;
+  });
+  // Until a status shows a plan with moves (or the job ends without one).
+  nlohmann::json placement;
+  while (!over) {
+    const testing::CommandResult status =
+        RunCommand({testing::HetpsBinary(), "status", "--json",
+                    "--coordinator", endpoints[0]},
+                   std::chrono::seconds(20));
+    const nlohmann::json j =
+        nlohmann::json::parse(status.output, nullptr, false);
+    if (j.is_object() && j.contains("placement") &&
+        j["placement"].value("moves", 0u) > 0) {
+      placement = j["placement"];
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const testing::CommandResult text = RunCommand(
+      {testing::HetpsBinary(), "status", "--coordinator", endpoints[0]},
+      std::chrono::seconds(20));
+  launcher.join();
+  ASSERT_EQ(launched.exit_code, 0) << launched.output;
+  ASSERT_TRUE(placement.is_object()) << "no plan with moves during the job";
+  // A quarter speed: server 1 spends ~4x the time on as many rows, so
+  // max/mean ~1.6; the plan moves buckets from 1 to 0 only.
+  EXPECT_GT(placement["max_over_mean"].get<double>(), 1.3) << placement;
+  EXPECT_LT(placement["planned_max_over_mean"].get<double>(),
+            placement["max_over_mean"].get<double>())
+      << placement;
+  ASSERT_EQ(placement["flows"].size(), 1u) << placement;
+  EXPECT_EQ(placement["flows"][0]["from"], 1);
+  EXPECT_EQ(placement["flows"][0]["to"], 0);
+  EXPECT_EQ(placement["flows"][0]["buckets"], placement["moves"]);
+  EXPECT_GT(placement["bytes"].get<uint64_t>(), 0u);
+  std::ifstream server1(dir.path() + "/run/server-1.log");
+  const std::string log((std::istreambuf_iterator<char>(server1)), {});
+  EXPECT_THAT(log, HasSubstr("emulated server: 25% speed"));
+  if (text.exit_code == 0) {  // the job may have ended meanwhile
+    EXPECT_THAT(text.output, HasSubstr("placement: load max/mean"));
+  }
 }
 
 }  // namespace

@@ -52,6 +52,15 @@ std::vector<double> LoadsAfter(const ShardMap& map,
   return load;
 }
 
+// Plans the same period twice: moves need the load over the trigger in two
+// periods in a row.
+RebalancePlan PlanSustained(Rebalancer& rebalancer, const ShardMap& map,
+                            const std::vector<ServerPeriod>& periods) {
+  const RebalancePlan first = rebalancer.Plan(map, periods);
+  EXPECT_THAT(first.moves, IsEmpty());
+  return rebalancer.Plan(map, periods);
+}
+
 double MaxOverMean(const std::vector<double>& load) {
   double sum = 0, max = 0;
   for (double l : load) {
@@ -78,7 +87,7 @@ TEST(RebalancerTest, AHalfSpeedServerGivesBucketsToTheOthers) {
   const std::vector<double> cost = {1e-6, 2e-6};
   const auto periods = Periods(map, cost, 100);
   Rebalancer rebalancer{ShardingConfig{}};
-  const RebalancePlan plan = rebalancer.Plan(map, periods);
+  const RebalancePlan plan = PlanSustained(rebalancer, map, periods);
   EXPECT_NEAR(plan.before, 4.0 / 3.0, 1e-9);
   ASSERT_FALSE(plan.moves.empty());
   for (const BucketMove& m : plan.moves) {
@@ -101,7 +110,7 @@ TEST(RebalancerTest, HotBucketsSpreadOverTheServers) {
   const std::vector<double> cost(4, 1e-6);
   const auto periods = Periods(map, cost, 100, {0, 4, 8, 12}, 5000);
   Rebalancer rebalancer{ShardingConfig{}};
-  const RebalancePlan plan = rebalancer.Plan(map, periods);
+  const RebalancePlan plan = PlanSustained(rebalancer, map, periods);
   EXPECT_GT(plan.before, 2.0);
   std::set<uint32_t> to;
   for (const BucketMove& m : plan.moves) to.insert(m.to);
@@ -115,7 +124,7 @@ TEST(RebalancerTest, ABucketHotterThanTheMeanIsNamed) {
   const ShardMap map = ShardMap::Uniform(2, 16);
   const auto periods = Periods(map, {1e-6, 1e-6}, 10, {3}, 10000);
   Rebalancer rebalancer{ShardingConfig{}};
-  const RebalancePlan plan = rebalancer.Plan(map, periods);
+  const RebalancePlan plan = PlanSustained(rebalancer, map, periods);
   EXPECT_THAT(plan.reason, HasSubstr("bucket 3 alone"));
   EXPECT_THAT(plan.reason, HasSubstr("hot_rows"));
 }
@@ -127,29 +136,72 @@ TEST(RebalancerTest, TheByteCapBoundsAPeriod) {
   ShardingConfig config;
   config.max_moved_mb = 64.0 / 1024;
   Rebalancer rebalancer{config};
-  const RebalancePlan plan = rebalancer.Plan(map, Periods(map, cost, 100));
+  const RebalancePlan plan = PlanSustained(rebalancer, map, Periods(map, cost, 100));
   EXPECT_EQ(plan.moves.size(), 8u);
   EXPECT_EQ(plan.bytes, 64u * 1024);
   EXPECT_THAT(plan.reason, HasSubstr("byte cap"));
 }
 
 TEST(RebalancerTest, AMovedBucketIsHeldForSomePeriods) {
-  // The same period twice (as if the moves were not made): the second plan
-  // picks other buckets; after hold_periods the first ones may move again.
+  // The moves made, then the loads flip (server 0 now the slow one): the
+  // buckets that just moved to it stay for hold_periods, others go back.
   const ShardMap map = ShardMap::Uniform(2, 256);
-  const std::vector<double> cost = {1e-6, 2e-6};
-  const auto periods = Periods(map, cost, 100);
   ShardingConfig config;
   config.hold_periods = 1;
   Rebalancer rebalancer{config};
-  const RebalancePlan first = rebalancer.Plan(map, periods);
-  const RebalancePlan second = rebalancer.Plan(map, periods);
+  const RebalancePlan first =
+      PlanSustained(rebalancer, map, Periods(map, {1e-6, 2e-6}, 100));
+  ASSERT_FALSE(first.moves.empty());
+  std::vector<std::pair<uint32_t, uint32_t>> owners;
   std::set<uint32_t> moved;
-  for (const BucketMove& m : first.moves) moved.insert(m.bucket);
-  for (const BucketMove& m : second.moves) EXPECT_FALSE(moved.count(m.bucket));
-  const RebalancePlan third = rebalancer.Plan(map, periods);
-  EXPECT_EQ(third.moves.size(), first.moves.size());
-  EXPECT_TRUE(moved.count(third.moves.front().bucket));
+  for (const BucketMove& m : first.moves) {
+    owners.emplace_back(m.bucket, m.to);
+    moved.insert(m.bucket);
+  }
+  const ShardMap after = map.WithOwners(owners);
+  EXPECT_EQ(after.version(), map.version() + 1);
+  // Still over the trigger: the next period plans at once.
+  const auto flipped = Periods(after, {2e-6, 1e-6}, 100);
+  const RebalancePlan second = rebalancer.Plan(after, flipped);
+  ASSERT_FALSE(second.moves.empty()) << second.reason;
+  for (const BucketMove& m : second.moves) {
+    EXPECT_EQ(m.from, 0u);
+    EXPECT_FALSE(moved.count(m.bucket)) << m.bucket;
+  }
+  // Two periods after their move they are free again (the second plan was
+  // not carried out).
+  const RebalancePlan later = rebalancer.Plan(after, flipped);
+  EXPECT_TRUE(std::any_of(later.moves.begin(), later.moves.end(),
+                          [&](const BucketMove& m) {
+                            return moved.count(m.bucket) > 0;
+                          }));
+}
+
+TEST(RebalancerTest, APlanNobodyCarriedOutHoldsNothing) {
+  // Advice only (the map never changes): the same period planned again
+  // gives the same plan.
+  const ShardMap map = ShardMap::Uniform(2, 256);
+  Rebalancer rebalancer{ShardingConfig{}};
+  const auto periods = Periods(map, {1e-6, 2e-6}, 100);
+  const RebalancePlan first = PlanSustained(rebalancer, map, periods);
+  const RebalancePlan second = rebalancer.Plan(map, periods);
+  ASSERT_FALSE(first.moves.empty());
+  ASSERT_EQ(first.moves.size(), second.moves.size());
+  for (size_t i = 0; i < first.moves.size(); ++i) {
+    EXPECT_EQ(first.moves[i].bucket, second.moves[i].bucket);
+  }
+}
+
+TEST(RebalancerTest, AOnePeriodSpikeMovesNothing) {
+  const ShardMap map = ShardMap::Uniform(2, 256);
+  Rebalancer rebalancer{ShardingConfig{}};
+  const RebalancePlan spike =
+      rebalancer.Plan(map, Periods(map, {1e-6, 2e-6}, 100));
+  EXPECT_THAT(spike.moves, IsEmpty());
+  EXPECT_THAT(spike.reason, HasSubstr("moves after 2 in a row"));
+  rebalancer.Plan(map, Periods(map, {1e-6, 1e-6}, 100));
+  EXPECT_THAT(rebalancer.Plan(map, Periods(map, {1e-6, 2e-6}, 100)).moves,
+              IsEmpty());
 }
 
 TEST(RebalancerTest, BelowTheTriggerNothingMoves) {
