@@ -161,6 +161,14 @@ void AddJobFamilies(const rpc::StatusResponse& status, MetricFamilies& out) {
           status.window());
   b.Gauge("hetps_job_elapsed_seconds", "Time since the coordinator started",
           status.elapsed_s());
+  if (status.placement().at_s() > 0) {
+    b.Gauge("hetps_placement_load_max_over_mean",
+            "Largest server service time over the mean, last control period",
+            status.placement().max_over_mean());
+    b.Gauge("hetps_placement_planned_moves",
+            "Buckets the Rebalancer's latest plan would move",
+            status.placement().moves());
+  }
   for (const rpc::WorkerStatus& w : status.workers()) {
     if (w.rank() == 0 && w.progress().test_auc_at_s() > 0) {
       b.Gauge("hetps_test_auc",

@@ -67,6 +67,9 @@ rpc::StatusResponse TwoWorkersOneServer() {
   d->set_kind("slow_worker");
   d->set_subject("worker 1");
   d->set_active(true);
+  status.mutable_placement()->set_at_s(12);
+  status.mutable_placement()->set_max_over_mean(1.5);
+  status.mutable_placement()->set_moves(40);
   return status;
 }
 
@@ -80,6 +83,8 @@ TEST(MetricsTest, JobSeriesCarryTheStatusWithWorkerLabels) {
   EXPECT_THAT(text, HasSubstr("hetps_diagnostic{kind=\"slow_worker\",subject="
                               "\"worker 1\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("hetps_test_auc 0.79\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_placement_load_max_over_mean 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_placement_planned_moves 40\n"));
   EXPECT_THAT(
       text, HasSubstr("hetps_worker_samples_per_second{worker=\"0\"} 4000\n"));
   EXPECT_THAT(
