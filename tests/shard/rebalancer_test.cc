@@ -224,5 +224,44 @@ TEST(RebalancerTest, AServerWithoutARecordStopsThePlan) {
   EXPECT_THAT(plan.reason, HasSubstr("server 1 has no load record"));
 }
 
+TEST(RebalancerTest, APeriodIsTheDifferenceOfTwoAccessRecords) {
+  rpc::AccessStats before, now;
+  // Bucket 2 served before and since; bucket 5 only since.
+  before.add_buckets(2);
+  before.add_pulled_rows(10);
+  before.add_pushed_rows(5);
+  before.add_bytes(60);
+  before.add_service_ns(1000);
+  before.set_service_s(3e-6);
+  now.add_buckets(2);
+  now.add_pulled_rows(30);
+  now.add_pushed_rows(15);
+  now.add_bytes(180);
+  now.add_service_ns(4000);
+  now.add_buckets(5);
+  now.add_pulled_rows(7);
+  now.add_pushed_rows(0);
+  now.add_bytes(28);
+  now.add_service_ns(2000);
+  now.set_service_s(10e-6);
+  const ServerPeriod p = AccessPeriod(now, before, 8, 4096);
+  EXPECT_TRUE(p.known);
+  ASSERT_EQ(p.bucket_rows.size(), 8u);
+  EXPECT_EQ(p.bucket_rows[2], 30u);
+  EXPECT_EQ(p.bucket_rows[5], 7u);
+  EXPECT_EQ(p.bucket_rows[0], 0u);
+  EXPECT_NEAR(p.rows_service_s, 5e-6, 1e-12);
+  // 7 µs in the period, 5 of them the buckets': 2 µs that do not move.
+  EXPECT_NEAR(p.other_service_s, 2e-6, 1e-12);
+  EXPECT_EQ(p.stored_bytes, 4096u);
+  // A bucket out of range (a record from another map) is left out.
+  now.add_buckets(99);
+  now.add_pulled_rows(1);
+  now.add_pushed_rows(1);
+  now.add_bytes(8);
+  now.add_service_ns(1);
+  EXPECT_EQ(AccessPeriod(now, before, 8, 0).bucket_rows.size(), 8u);
+}
+
 }  // namespace
 }  // namespace hetps
