@@ -292,6 +292,29 @@ constexpr absl::string_view kBatchPlans[] = {"fixed", "proportional", "auto"};
 constexpr absl::string_view kCodecs[] = {
     "none", "fp16", "int8", "sparse", "sparse+fp16", "sparse+int8", "adaptive"};
 
+// The ranks of profile `g` of `list` (device_profiles, server_profiles):
+// each a `role` of the job's `count`, and in no earlier profile of the list
+// (`group_of`, by rank, records which profile took it).
+absl::Status ValidateProfileRanks(const std::string& list, size_t g,
+                                  const std::vector<int>& ranks,
+                                  const std::string& role, int count,
+                                  std::vector<int>& group_of) {
+  const std::string path = IndexPath(list, g);
+  if (ranks.empty()) return Invalid(path, ".ranks: must list ", role, "s");
+  for (int r : ranks) {
+    if (r < 0 || r >= count) {
+      return Invalid(path, ".ranks: ", role, " ", r,
+                     " out of range (the job has ", count, " ", role, "s)");
+    }
+    if (group_of[r] >= 0) {
+      return Invalid(path, ".ranks: ", role, " ", r, " is also in ", list, "[",
+                     group_of[r], "]");
+    }
+    group_of[r] = static_cast<int>(g);
+  }
+  return absl::OkStatus();
+}
+
 // The slow-downs of the profile at `path` (a worker's or a server's).
 absl::Status ValidateSlowdowns(const std::string& path,
                                const std::vector<SlowdownConfig>& slowdowns) {
@@ -350,19 +373,9 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
   for (size_t g = 0; g < config.device_profiles.size(); ++g) {
     const std::string path = IndexPath("device_profiles", g);
     const DeviceProfileConfig& p = config.device_profiles[g];
-    if (p.ranks.empty()) return Invalid(path, ".ranks: must list workers");
-    for (int r : p.ranks) {
-      if (r < 0 || r >= config.num_workers()) {
-        return Invalid(path, ".ranks: worker ", r,
-                       " out of range (the job has ", config.num_workers(),
-                       " workers)");
-      }
-      if (group_of[r] >= 0) {
-        return Invalid(path, ".ranks: worker ", r,
-                       " is also in device_profiles[", group_of[r], "]");
-      }
-      group_of[r] = static_cast<int>(g);
-    }
+    CONFIG_RETURN_IF_ERROR(ValidateProfileRanks("device_profiles", g, p.ranks,
+                                                "worker", config.num_workers(),
+                                                group_of));
     CONFIG_RETURN_IF_ERROR(
         CheckNonNegative(JoinPath(path, "throughput"), p.throughput));
     CONFIG_RETURN_IF_ERROR(
@@ -384,19 +397,9 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
   for (size_t g = 0; g < config.server_profiles.size(); ++g) {
     const std::string path = IndexPath("server_profiles", g);
     const ServerProfileConfig& p = config.server_profiles[g];
-    if (p.ranks.empty()) return Invalid(path, ".ranks: must list servers");
-    for (int r : p.ranks) {
-      if (r < 0 || r >= config.num_servers()) {
-        return Invalid(path, ".ranks: server ", r,
-                       " out of range (the job has ", config.num_servers(),
-                       " servers)");
-      }
-      if (server_group[r] >= 0) {
-        return Invalid(path, ".ranks: server ", r,
-                       " is also in server_profiles[", server_group[r], "]");
-      }
-      server_group[r] = static_cast<int>(g);
-    }
+    CONFIG_RETURN_IF_ERROR(ValidateProfileRanks("server_profiles", g, p.ranks,
+                                                "server", config.num_servers(),
+                                                server_group));
     if (!(p.speed > 0 && p.speed <= 1)) {
       return Invalid(path, ".speed: must be in (0, 1], got ", p.speed);
     }
