@@ -47,6 +47,25 @@ train:
 )");
 }
 
+// `hetps status --json` of the job whose coordinator is at `coordinator`,
+// asked until `wanted` holds for it or `over` turns true (the job ended);
+// an empty object then.
+nlohmann::json StatusWhen(const std::string& coordinator,
+                          const std::atomic<bool>& over,
+                          const std::function<bool(const nlohmann::json&)>&
+                              wanted) {
+  while (!over) {
+    const testing::CommandResult status = RunCommand(
+        {testing::HetpsBinary(), "status", "--json", "--coordinator",
+         coordinator},
+        std::chrono::seconds(20));
+    nlohmann::json j = nlohmann::json::parse(status.output, nullptr, false);
+    if (status.exit_code == 0 && j.is_object() && wanted(j)) return j;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return nlohmann::json::object();
+}
+
 TEST(HeteroClusterTest, SemiAsyncKeepsTheStalenessBound) {
   // Equal batches: the fast workers make 4x the clocks of the slow ones and
   // run into the bound.
@@ -403,6 +422,7 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
       "job.yaml",
       MixedJob("semi_async", 8) +
           absl::StrCat("\n# slower, so the job is still running when asked\n"));
+  std::atomic<bool> over{false};
   testing::CommandResult launched;
   std::thread launcher([&] {
     launched = RunCommand(
@@ -411,21 +431,24 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
          absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
          "--set", "train.epochs=4"},
         std::chrono::seconds(120));
+    over = true;
   });
-  // Ask while it trains (after the first plans and pushes).
-  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
-  const testing::CommandResult status =
-      RunCommand({testing::HetpsBinary(), "status", "--json", "--coordinator",
-                  endpoints[0]},
-                 std::chrono::seconds(20));
+  // Ask while it trains, once every worker has pushed and the job has run
+  // 3 s (its rates settled).
+  const nlohmann::json j =
+      StatusWhen(endpoints[0], over, [](const nlohmann::json& j) {
+        if (j.value("elapsed_s", 0.0) < 3) return false;
+        for (const auto& w : j["workers"]) {
+          if (w.value("clock", uint64_t{0}) == 0) return false;
+        }
+        return true;
+      });
   const testing::CommandResult text = RunCommand(
       {testing::HetpsBinary(), "status", "--coordinator", endpoints[0]},
       std::chrono::seconds(20));
   launcher.join();
   ASSERT_EQ(launched.exit_code, 0) << launched.output;
-  ASSERT_EQ(status.exit_code, 0) << status.output;
-  const nlohmann::json j = nlohmann::json::parse(status.output, nullptr, false);
-  ASSERT_TRUE(j.is_object()) << status.output;
+  ASSERT_FALSE(j.empty()) << "the job ended before status showed it running";
   EXPECT_EQ(j["mode"], "semi_async");
   EXPECT_EQ(j["window"], 8);
   ASSERT_EQ(j["workers"].size(), 4u);
@@ -519,21 +542,13 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
     over = true;
   });
   // Until a status shows a plan with moves (or the job ends without one).
-  nlohmann::json placement;
-  while (!over) {
-    const testing::CommandResult status =
-        RunCommand({testing::HetpsBinary(), "status", "--json",
-                    "--coordinator", endpoints[0]},
-                   std::chrono::seconds(20));
-    const nlohmann::json j =
-        nlohmann::json::parse(status.output, nullptr, false);
-    if (j.is_object() && j.contains("placement") &&
-        j["placement"].value("moves", 0u) > 0) {
-      placement = j["placement"];
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  const nlohmann::json status =
+      StatusWhen(endpoints[0], over, [](const nlohmann::json& j) {
+        return j.contains("placement") &&
+               j["placement"].value("moves", 0u) > 0;
+      });
+  const nlohmann::json placement =
+      status.empty() ? nlohmann::json() : status["placement"];
   const testing::CommandResult text = RunCommand(
       {testing::HetpsBinary(), "status", "--coordinator", endpoints[0]},
       std::chrono::seconds(20));
