@@ -406,13 +406,24 @@ TEST(HeteroClusterTest, SemiAsyncWarmsUpPastTheHotRowPlateau) {
   };
   const testing::LaunchedJob sync = run("sync", "fixed");
   ASSERT_EQ(sync.result.exit_code, 0) << sync.result.output;
-  const testing::LaunchedJob semi = run("semi_async", "proportional");
-  ASSERT_EQ(semi.result.exit_code, 0) << semi.result.output;
+  // Two semi_async runs, judged by their mean: one run on this cell spreads
+  // 0.7497-0.7653 with the warm-up on this 2-core machine (it cannot hold
+  // the x4 speeds steadily), while the plateau took every run without it
+  // (0.709-0.746), so the mean still tells the two apart.
+  std::vector<double> semi_aucs;
+  for (int i = 0; i < 2; ++i) {
+    const testing::LaunchedJob semi = run("semi_async", "proportional");
+    ASSERT_EQ(semi.result.exit_code, 0) << semi.result.output;
+    semi_aucs.push_back(semi.summary["test_auc"].get<double>());
+  }
   const double sync_auc = sync.summary["test_auc"].get<double>();
-  const double semi_auc = semi.summary["test_auc"].get<double>();
-  EXPECT_GT(semi_auc, 0.75) << "the plateau: sync equal " << sync_auc;
+  const double semi_auc = (semi_aucs[0] + semi_aucs[1]) / 2;
+  EXPECT_GT(semi_auc, 0.75) << "the plateau: semi_async " << semi_aucs[0]
+                            << ", " << semi_aucs[1] << "; sync equal "
+                            << sync_auc;
   EXPECT_GE(semi_auc, sync_auc - 0.005)
-      << "semi_async " << semi_auc << ", sync equal " << sync_auc;
+      << "semi_async " << semi_aucs[0] << ", " << semi_aucs[1]
+      << "; sync equal " << sync_auc;
 }
 
 TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
