@@ -93,6 +93,18 @@ struct SlowdownConfig {
   double factor = 1;
 };
 
+// The factor of `slowdowns` in force `t` seconds after the start: the
+// smallest of those whose [from_s, to_s) holds t, 1 when none does. One
+// rule for a worker's DeviceProfile and a server's ServerPace.
+inline double SlowdownFactorAt(const std::vector<SlowdownConfig>& slowdowns,
+                               double t) {
+  double factor = 1;
+  for (const SlowdownConfig& d : slowdowns) {
+    if (t >= d.from_s && t < d.to_s && d.factor < factor) factor = d.factor;
+  }
+  return factor;
+}
+
 // An emulated server machine for the servers in `ranks`: its table work
 // takes 1 / speed as long, the extra time on one serial timeline per server,
 // so its capacity shrinks, not only its latency (server/server_pace.h). Lets

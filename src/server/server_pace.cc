@@ -14,12 +14,9 @@ ServerPace::ServerPace(const ServerProfileConfig* profile, Clock& clock,
 
 double ServerPace::Speed(absl::Time now) const {
   if (!profile_) return 1;
-  const double t = absl::ToDoubleSeconds(now - start_);
-  double speed = profile_->speed;
-  for (const SlowdownConfig& d : profile_->slowdowns) {
-    if (t >= d.from_s && t < d.to_s) speed = std::min(speed, profile_->speed * d.factor);
-  }
-  return speed;
+  return profile_->speed *
+         SlowdownFactorAt(profile_->slowdowns,
+                          absl::ToDoubleSeconds(now - start_));
 }
 
 absl::Duration ServerPace::Pace(absl::Duration work) {

@@ -51,12 +51,8 @@ absl::Status DeviceProfile::CheckMemory(uint64_t samples) const {
 
 double DeviceProfile::SpeedFactor(absl::Time now) const {
   if (!profile_) return 1;
-  const double t = absl::ToDoubleSeconds(now - start_);
-  double factor = 1;
-  for (const SlowdownConfig& d : profile_->slowdowns) {
-    if (t >= d.from_s && t < d.to_s) factor = std::min(factor, d.factor);
-  }
-  return factor;
+  return SlowdownFactorAt(profile_->slowdowns,
+                          absl::ToDoubleSeconds(now - start_));
 }
 
 void DeviceProfile::Pace(uint64_t samples, absl::Time began) const {
