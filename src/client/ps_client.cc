@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,6 +31,10 @@
 
 namespace hetps {
 namespace {
+
+// Refusals as "moved" (a bucket handed over) a request is split again
+// after before the error is returned.
+constexpr int kMovedRetries = 12;
 
 // The hot-row cache drops rows too old to be read every this many pulls.
 constexpr uint64_t kExpireEveryPulls = 64;
@@ -66,7 +71,8 @@ class Latch {
 // Keys of one request split by owning server: positions[s] lists indexes
 // into the key list, in order.
 std::vector<std::vector<uint32_t>> PartitionByServer(
-    const ShardMap& map, std::span<const uint64_t> keys) {
+    const ShardMap& map, std::span<const uint64_t> keys,
+    const ShardMap::RequestClock& at) {
   std::vector<std::vector<uint32_t>> positions(map.num_servers());
   if (map.num_servers() == 1) {
     positions[0].resize(keys.size());
@@ -76,7 +82,7 @@ std::vector<std::vector<uint32_t>> PartitionByServer(
   std::vector<uint32_t> owner(keys.size());
   std::vector<size_t> count(map.num_servers(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    owner[i] = map.ServerOf(keys[i]);
+    owner[i] = map.ServerAt(keys[i], at);
     ++count[owner[i]];
   }
   for (uint32_t s = 0; s < map.num_servers(); ++s) {
@@ -94,7 +100,10 @@ struct PsClient::Impl {
   PsClientOptions options;
   Clock* time = nullptr;  // retries, back-off and deadlines run on it
   std::vector<ServerConn> servers;
-  std::optional<ShardMap> shard_map;
+  // The newest shard map known; replaced when a server reports a newer
+  // one (RefreshMap).
+  mutable absl::Mutex map_mu;
+  std::shared_ptr<const ShardMap> shard_map ABSL_GUARDED_BY(map_mu);
   absl::flat_hash_map<std::string, TableMeta> tables;
   std::atomic<uint64_t> clock{0};
   std::atomic<uint32_t> incarnation{0};  // options.incarnation, then Rejoined
@@ -123,6 +132,142 @@ struct PsClient::Impl {
   uint64_t read_lag_bound ABSL_GUARDED_BY(cache_mu) = 0;
   std::vector<std::optional<uint64_t>> oldest_read ABSL_GUARDED_BY(cache_mu);
   uint64_t pulls_since_expiry ABSL_GUARDED_BY(cache_mu) = 0;
+
+  std::shared_ptr<const ShardMap> Map() const {
+    absl::MutexLock lock(&map_mu);
+    return shard_map;
+  }
+
+  ShardMap::RequestClock At() const {
+    return {.worker = options.worker_id,
+            .incarnation = incarnation.load(),
+            .clock = clock.load()};
+  }
+
+  // Reads the servers' shard maps and keeps the newest, when it is newer
+  // than `known`; the hot-row cache forgets its rows then (their versions
+  // are the old owners' applies).
+  absl::Status RefreshMap(uint64_t known) {
+    std::vector<rpc::TableInfoResponse> infos(servers.size());
+    rpc::TableInfoRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    absl::Status status = CallAll(
+        AllServers(), [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+          servers[s].stub->async()->GetTableInfo(ctx, &request, &infos[s],
+                                                 std::move(done));
+        });
+    if (!status.ok()) return status;
+    std::optional<ShardMap> newest;
+    for (const rpc::TableInfoResponse& info : infos) {
+      auto map = ShardMap::FromProto(info.shard_map());
+      if (!map.ok()) return map.status();
+      if (!newest || map->version() > newest->version()) newest = *map;
+    }
+    {
+      absl::MutexLock lock(&map_mu);
+      if (newest->version() <= known ||
+          newest->version() <= shard_map->version()) {
+        return absl::OkStatus();
+      }
+      shard_map = std::make_shared<const ShardMap>(*std::move(newest));
+    }
+    if (cache != nullptr) {
+      absl::MutexLock lock(&cache_mu);
+      for (const auto& [name, id] : cache_tables) {
+        cache->Expire(id, [](uint64_t, uint64_t) { return true; });
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // After a refusal as "moved" on `attempt`: the newest map into *map (a
+  // short pause first when the servers have none newer yet).
+  absl::Status Resplit(std::shared_ptr<const ShardMap>& map, int attempt) {
+    if (auto s = RefreshMap(map->version()); !s.ok()) return s;
+    std::shared_ptr<const ShardMap> newer = Map();
+    if (newer->version() == map->version()) {
+      time->SleepFor(absl::Milliseconds(1 << std::min(attempt, 6)));
+    }
+    map = std::move(newer);
+    return absl::OkStatus();
+  }
+
+  // Splits the sparse rows of a push's `requests` again by `map` (rows
+  // that were encoded go decoded, as the server would have read them: the
+  // error-feedback residuals already account for them); dense slices stay.
+  // `targets` becomes the servers with something to take.
+  absl::Status ResplitPush(const ShardMap& map,
+                           const ShardMap::RequestClock& at,
+                           std::vector<rpc::PushRequest>& requests,
+                           std::vector<uint32_t>& targets) {
+    struct Rows {
+      uint32_t dim = 0;
+      std::vector<uint64_t> keys;
+      std::vector<float> values;
+    };
+    std::map<std::string, Rows> sparse;
+    for (rpc::PushRequest& request : requests) {
+      google::protobuf::RepeatedPtrField<rpc::TableGradient> kept;
+      for (rpc::TableGradient& g : *request.mutable_gradients()) {
+        auto meta = tables.find(g.table());
+        if (meta == tables.end() || !meta->second.sparse) {
+          *kept.Add() = std::move(g);
+          continue;
+        }
+        Rows& rows = sparse[g.table()];
+        rows.dim = g.dim();
+        std::vector<uint64_t> keys;
+        std::vector<float> values;
+        if (g.codec() != 0) {
+          if (auto s = DecodeRows(g.values(), g.dim(), SIZE_MAX, &keys, &values);
+              !s.ok()) {
+            return s;
+          }
+        } else {
+          std::vector<uint64_t> key_scratch;
+          std::vector<float> value_scratch;
+          auto k = ViewAs<uint64_t>(g.keys(), key_scratch);
+          auto v = ViewAs<float>(g.values(), value_scratch);
+          keys.assign(k.begin(), k.end());
+          values.assign(v.begin(), v.end());
+        }
+        rows.keys.insert(rows.keys.end(), keys.begin(), keys.end());
+        rows.values.insert(rows.values.end(), values.begin(), values.end());
+      }
+      *request.mutable_gradients() = std::move(kept);
+      request.set_map_version(map.version());
+    }
+    for (const auto& [table, rows] : sparse) {
+      auto positions = PartitionByServer(map, rows.keys, at);
+      for (uint32_t s = 0; s < positions.size(); ++s) {
+        if (positions[s].empty()) continue;
+        rpc::TableGradient* g = requests[s].add_gradients();
+        g->set_table(table);
+        g->set_dim(rows.dim);
+        auto k = ResizeAs<uint64_t>(g->mutable_keys(), positions[s].size());
+        auto v = ResizeAs<float>(g->mutable_values(),
+                                 positions[s].size() * rows.dim);
+        for (size_t i = 0; i < positions[s].size(); ++i) {
+          const uint32_t pos = positions[s][i];
+          k[i] = rows.keys[pos];
+          std::memcpy(&v[i * rows.dim], &rows.values[size_t{pos} * rows.dim],
+                      rows.dim * sizeof(float));
+        }
+      }
+    }
+    targets.clear();
+    for (uint32_t s = 0; s < requests.size(); ++s) {
+      if (requests[s].gradients_size() > 0 || options.push_to_all_servers) {
+        targets.push_back(s);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A newer map than `known` was reported: refresh.
+  absl::Status MaybeRefresh(uint64_t known, uint64_t reported) {
+    return reported > known ? RefreshMap(known) : absl::OkStatus();
+  }
 
   uint32_t CacheTableId(const std::string& table)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu) {
@@ -235,12 +380,10 @@ struct PsClient::Impl {
             "server ", s, " (", servers[s].endpoint, ") expects ",
             map->num_servers(), " servers, the client knows ", servers.size()));
       }
-      if (!shard_map) {
-        shard_map = *map;
-      } else if (map->version() != shard_map->version()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "servers disagree on the shard map: version ", shard_map->version(),
-            " vs ", map->version(), " at ", servers[s].endpoint));
+      // A move may be under way: the newest map is the one in force.
+      absl::MutexLock lock(&map_mu);
+      if (!shard_map || map->version() > shard_map->version()) {
+        shard_map = std::make_shared<const ShardMap>(*std::move(map));
       }
       for (const rpc::TableInfo& t : info.tables()) {
         TableMeta meta{t.schema().kind() == rpc::TABLE_KIND_SPARSE,
@@ -344,51 +487,81 @@ absl::Status PsClient::PullSparse(const std::string& table,
     }
   }
 
-  const ShardMap& map = *impl_->shard_map;
-  const uint32_t n = map.num_servers();
-  auto positions = PartitionByServer(map, unique);
+  std::shared_ptr<const ShardMap> map = impl_->Map();
+  const uint32_t n = map->num_servers();
+  const ShardMap::RequestClock at = impl_->At();
+  auto positions = PartitionByServer(*map, unique, at);
   std::vector<rpc::PullSparseResponse> responses(n);
   // Asks `targets` for the rows at `positions` (perhaps none: the pull is
-  // still the step's gate and reports the server's applies).
-  auto fetch = [&](const std::vector<std::vector<uint32_t>>& positions,
-                   const std::vector<uint32_t>& targets) -> absl::Status {
-    std::vector<rpc::PullSparseRequest> requests(n);
-    for (uint32_t s : targets) {
-      rpc::PullSparseRequest& req = requests[s];
-      req.set_protocol_version(kProtocolVersion);
-      req.set_table(table);
-      req.set_dim(static_cast<uint32_t>(dim));
-      req.set_worker_id(impl_->options.worker_id);
-      req.set_incarnation(impl_->incarnation.load());
-      req.set_clock(impl_->clock.load());
-      auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
-      for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
-    }
-    absl::Status status = impl_->CallAll(
-        targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-          impl_->servers[s].stub->async()->PullSparse(
-              ctx, &requests[s], &responses[s], std::move(done));
-        });
-    if (!status.ok()) return status;
-    for (uint32_t s : targets) {
-      const std::string& bytes = responses[s].values();
-      if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
-        return absl::InternalError(
-            absl::StrCat("server ", s, " (", impl_->servers[s].endpoint,
-                         ") returned ", bytes.size(), " bytes for ",
-                         positions[s].size(), " rows of dim ", dim));
+  // still the step's gate and reports the server's applies). A refusal as
+  // "moved" re-splits them by the newer map (both updated) and asks again.
+  auto fetch = [&](std::vector<std::vector<uint32_t>>& positions,
+                   std::vector<uint32_t>& targets) -> absl::Status {
+    for (int attempt = 0;; ++attempt) {
+      std::vector<rpc::PullSparseRequest> requests(n);
+      for (uint32_t s : targets) {
+        rpc::PullSparseRequest& req = requests[s];
+        req.set_protocol_version(kProtocolVersion);
+        req.set_table(table);
+        req.set_dim(static_cast<uint32_t>(dim));
+        req.set_worker_id(at.worker);
+        req.set_incarnation(at.incarnation);
+        req.set_clock(at.clock);
+        req.set_map_version(map->version());
+        auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
+        for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
       }
-      const char* src = bytes.data();
-      const size_t row_bytes = dim * sizeof(float);
-      for (uint32_t pos : positions[s]) {
-        std::memcpy(&rows[pos * dim], src, row_bytes);
-        src += row_bytes;
+      absl::Status status = impl_->CallAll(
+          targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+            impl_->servers[s].stub->async()->PullSparse(
+                ctx, &requests[s], &responses[s], std::move(done));
+          });
+      if (IsMovedError(status) && attempt < kMovedRetries) {
+        if (auto r = impl_->Resplit(map, attempt); !r.ok()) return r;
+        std::vector<uint32_t> all;
+        for (const auto& p : positions) all.insert(all.end(), p.begin(), p.end());
+        std::vector<uint64_t> keys_left(all.size());
+        for (size_t i = 0; i < all.size(); ++i) keys_left[i] = unique[all[i]];
+        auto split = PartitionByServer(*map, keys_left, at);
+        std::vector<bool> target(n, false);
+        for (uint32_t s : targets) target[s] = true;
+        for (uint32_t s = 0; s < n; ++s) {
+          positions[s].clear();
+          for (uint32_t i : split[s]) positions[s].push_back(all[i]);
+          if (!positions[s].empty()) target[s] = true;
+        }
+        targets.clear();
+        for (uint32_t s = 0; s < n; ++s) {
+          if (target[s]) targets.push_back(s);
+        }
+        continue;
       }
-      impl_->pulled_rows += positions[s].size();
-      impl_->pulled_bytes +=
-          positions[s].size() * sizeof(uint64_t) + bytes.size();
+      if (!status.ok()) return status;
+      uint64_t reported = 0;
+      for (uint32_t s : targets) {
+        const std::string& bytes = responses[s].values();
+        if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
+          return absl::InternalError(
+              absl::StrCat("server ", s, " (", impl_->servers[s].endpoint,
+                           ") returned ", bytes.size(), " bytes for ",
+                           positions[s].size(), " rows of dim ", dim));
+        }
+        const char* src = bytes.data();
+        const size_t row_bytes = dim * sizeof(float);
+        for (uint32_t pos : positions[s]) {
+          std::memcpy(&rows[pos * dim], src, row_bytes);
+          src += row_bytes;
+        }
+        impl_->pulled_rows += positions[s].size();
+        impl_->pulled_bytes +=
+            positions[s].size() * sizeof(uint64_t) + bytes.size();
+        reported = std::max(reported, responses[s].map_version());
+      }
+      // A newer map for the next requests; a failure here is met again
+      // (and reported) by the request that needs it.
+      (void)impl_->MaybeRefresh(map->version(), reported);
+      return absl::OkStatus();
     }
-    return absl::OkStatus();
   };
 
   HotRowCache* cache =
@@ -461,7 +634,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
         const std::vector<uint64_t> applies = impl_->server_applies;
         const uint64_t bound = impl_->read_lag_bound;
         cache->Expire(table_id, [&](uint64_t key, uint64_t version) {
-          return applies[map.ServerOf(key)] > version + bound;
+          return applies[map->ServerOf(key)] > version + bound;
         });
       }
     }
@@ -542,17 +715,18 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
                                 : nullptr;
   uint64_t raw_bytes = 0, raw_value_bytes = 0;
   uint64_t sent_bytes = 0, sent_value_bytes = 0;
-  const ShardMap& map = *impl_->shard_map;
-  const uint32_t n = map.num_servers();
+  std::shared_ptr<const ShardMap> map = impl_->Map();
+  const uint32_t n = map->num_servers();
   std::vector<rpc::PushRequest> requests(n);
   std::vector<bool> has_content(n, false);
-  const uint64_t clock = impl_->clock.load();
+  const ShardMap::RequestClock at = impl_->At();
   for (uint32_t s = 0; s < n; ++s) {
     requests[s].set_protocol_version(kProtocolVersion);
-    requests[s].set_worker_id(impl_->options.worker_id);
-    requests[s].set_incarnation(impl_->incarnation.load());
-    requests[s].set_clock(clock);
+    requests[s].set_worker_id(at.worker);
+    requests[s].set_incarnation(at.incarnation);
+    requests[s].set_clock(at.clock);
     requests[s].set_batch_size(batch_size);
+    requests[s].set_map_version(map->version());
   }
   // Refused whole before anything is encoded or sent: no server applies a
   // part of a bad push, and no error-feedback residual moves.
@@ -626,7 +800,7 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         values = summed;
       }
     }
-    auto positions = PartitionByServer(map, keys);
+    auto positions = PartitionByServer(*map, keys, at);
     for (uint32_t s = 0; s < n; ++s) {
       if (positions[s].empty()) continue;
       rpc::TableGradient* g = requests[s].add_gradients();
@@ -681,12 +855,29 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     }
   }
   std::vector<rpc::PushResponse> responses(n);
-  absl::Status status = impl_->CallAll(
-      targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-        impl_->servers[s].stub->async()->Push(ctx, &requests[s], &responses[s],
-                                              std::move(done));
-      });
-  if (!status.ok()) return status;
+  for (int attempt = 0;; ++attempt) {
+    absl::Status status = impl_->CallAll(
+        targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+          impl_->servers[s].stub->async()->Push(ctx, &requests[s],
+                                                &responses[s], std::move(done));
+        });
+    if (IsMovedError(status) && attempt < kMovedRetries) {
+      // Refused whole by every server (nothing applied): the same rows,
+      // split by the newer map.
+      if (auto r = impl_->Resplit(map, attempt); !r.ok()) return r;
+      if (auto r = impl_->ResplitPush(*map, at, requests, targets); !r.ok()) {
+        return r;
+      }
+      continue;
+    }
+    if (!status.ok()) return status;
+    break;
+  }
+  uint64_t reported = 0;
+  for (uint32_t s : targets) {
+    reported = std::max(reported, responses[s].map_version());
+  }
+  (void)impl_->MaybeRefresh(map->version(), reported);
   if (impl_->cache != nullptr) {
     absl::MutexLock lock(&impl_->cache_mu);
     for (uint32_t s = 0; s < n; ++s) {

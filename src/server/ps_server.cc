@@ -72,10 +72,15 @@ PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
     : config_(config),
       rank_(rank),
       clock_(clock),
-      shard_map_(std::move(shard_map)),
+      map_num_buckets_(shard_map.num_buckets()),
+      map_(std::make_shared<const ShardMap>(shard_map)),
       aggregator_(std::move(aggregator)),
-      access_(shard_map_.num_buckets(), SparseTableNames(config), clock),
-      pace_(config_.ServerProfileOf(rank), clock, clock.Now()) {
+      access_(shard_map.num_buckets(), SparseTableNames(config), clock),
+      pace_(config_.ServerProfileOf(rank), clock, clock.Now()),
+      seen_(config.num_workers()) {
+  for (int w = 0; w < config_.num_workers(); ++w) {
+    live_.push_back(static_cast<uint32_t>(w));
+  }
   if (config_.ServerProfileOf(rank) != nullptr) {
     spdlog::info("server {}: {}", rank, pace_.Describe());
   }
@@ -91,22 +96,58 @@ DenseTable* PsServer::dense_table(const std::string& name) const {
   return it == dense_.end() ? nullptr : it->second.get();
 }
 
+ShardMap PsServer::shard_map() const {
+  absl::MutexLock lock(&map_mu_);
+  return *map_;
+}
+
+uint64_t PsServer::map_version() const {
+  absl::MutexLock lock(&map_mu_);
+  return map_->version();
+}
+
+
 absl::Status PsServer::CheckKeys(const std::string& table,
-                                 std::span<const uint64_t> keys) const {
+                                 std::span<const uint64_t> keys,
+                                 const ShardMap::RequestClock& at,
+                                 uint64_t split_version) const {
   if (keys.size() > config_.server.max_keys_per_request) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "table '", table, "': request has ", keys.size(),
         " keys, the limit is ", config_.server.max_keys_per_request,
         " (server.max_keys_per_request); split the request"));
   }
-  if (shard_map_.num_servers() == 1) return absl::OkStatus();
+  std::shared_ptr<const ShardMap> map;
+  {
+    absl::MutexLock lock(&map_mu_);
+    map = map_;
+  }
+  // 0: a request that does not say, split by the first map.
+  split_version = std::max<uint64_t>(split_version, 1);
+  if (!map->SplitHolds(split_version, at)) {
+    return absl::AbortedError(absl::StrCat(
+        kMovedPrefix, "table '", table, "': keys split by shard map version ",
+        split_version, ", but version ", map->version(),
+        " moves buckets at worker ", at.worker, "'s clock ", at.clock,
+        "; refresh the shard map and split again"));
+  }
+  if (map->num_servers() == 1) return absl::OkStatus();
   for (uint64_t key : keys) {
-    const uint32_t owner = shard_map_.ServerOf(key);
+    const uint32_t owner = map->ServerAt(key, at);
+    if (owner != rank_ && split_version < map->version()) {
+      // Split by an older map for a bucket whose handover has since
+      // settled: the client's map is out of date.
+      return absl::AbortedError(absl::StrCat(
+          kMovedPrefix, "table '", table, "': key ", key, " is server ",
+          owner, "'s in shard map version ", map->version(),
+          " (the request was split by version ", split_version,
+          "); refresh the shard map and split again"));
+    }
     if (owner != rank_) {
       return absl::FailedPreconditionError(
           absl::StrCat("table '", table, "': key ", key, " belongs to server ",
                        owner, ", not ", rank_, " (shard map version ",
-                       shard_map_.version(), "); refresh the shard map"));
+                       map->version(), "); refresh the shard map"));
     }
   }
   return absl::OkStatus();
@@ -178,13 +219,20 @@ absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
   }
   std::vector<uint64_t> scratch;
   auto keys = ViewAs<uint64_t>(request.keys(), scratch);
-  if (auto s = CheckKeys(request.table(), keys); !s.ok()) return s;
+  const ShardMap::RequestClock at = AtOf(request);
+  if (auto s = AwaitMoves(context, at, {}); !s.ok()) return s;
+  if (auto s = CheckKeys(request.table(), keys, at, request.map_version());
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = AwaitMoves(context, at, keys); !s.ok()) return s;
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
   if (auto s = AwaitPull(context, request.worker_id(), *clock); !s.ok()) {
     return s;
   }
+  response->set_map_version(map_version());
   auto out =
       ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
   if (config_.client.hot_rows.enabled) {
@@ -253,7 +301,8 @@ grpc::Status PsServer::PullDense(grpc::ServerContext* context,
   return ToGrpcStatus(status);
 }
 
-absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
+absl::Status PsServer::DoPush(grpc::ServerContext* context,
+                              const rpc::PushRequest& request) {
   if (auto s = CheckProtocolVersion(request.protocol_version(), "push");
       !s.ok()) {
     return s;
@@ -265,6 +314,8 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
     return absl::InvalidArgumentError(
         "push: worker_id is the read-only client's (kReaderId)");
   }
+  const ShardMap::RequestClock at = AtOf(request);
+  if (auto s = AwaitMoves(context, at, {}); !s.ok()) return s;
   PushView view;
   view.worker_id = request.worker_id();
 
@@ -326,7 +377,10 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
             table->dim(), " need ", keys.size() * table->dim(),
             " values, push has ", values.size()));
       }
-      if (auto s = CheckKeys(grad.table(), keys); !s.ok()) return s;
+      if (auto s = CheckKeys(grad.table(), keys, at, request.map_version());
+          !s.ok()) {
+        return s;
+      }
       if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
       view.sparse.push_back({table, keys, values});
     } else if (DenseTable* table = dense_table(grad.table())) {
@@ -355,6 +409,9 @@ absl::Status PsServer::DoPush(const rpc::PushRequest& request) {
     }
   }
   // Last, so that a request refused above leaves no trace.
+  for (const PushView::Sparse& sparse : view.sparse) {
+    if (auto s = AwaitMoves(context, at, sparse.keys); !s.ok()) return s;
+  }
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
@@ -410,17 +467,21 @@ void PsServer::RecordCachedPush(uint32_t worker, uint64_t clock,
   if (lag > bound) ++read_lag_violations_;
 }
 
-grpc::Status PsServer::Push(grpc::ServerContext*,
+grpc::Status PsServer::Push(grpc::ServerContext* context,
                             const rpc::PushRequest* request,
                             rpc::PushResponse* response) {
   const absl::Time start = clock_.Now();
-  absl::Status status = DoPush(*request);
+  absl::Status status = DoPush(context, *request);
   push_latency_.Observe(clock_.Now() - start);
-  if (!status.ok()) {
+  if (IsMovedError(status)) {
+    spdlog::debug("push from worker {} refused: {}", request->worker_id(),
+                  status.ToString());
+  } else if (!status.ok()) {
     spdlog::warn("push from worker {} refused: {}", request->worker_id(),
                  status.ToString());
   }
   response->set_applied_rounds(aggregator_->applied_rounds());
+  response->set_map_version(map_version());
   return ToGrpcStatus(status);
 }
 
@@ -453,7 +514,7 @@ rpc::TableInfoResponse PsServer::Info() const {
   response.set_server_rank(rank_);
   response.set_applied_rounds(aggregator_->applied_rounds());
   response.set_mode(ConsistencyModeName(config_.mode));
-  shard_map_.ToProto(response.mutable_shard_map());
+  shard_map().ToProto(response.mutable_shard_map());
   for (const TableConfig& config : config_.tables) {
     rpc::TableInfo* info = response.add_tables();
     ToSchemaProto(config, info->mutable_schema());
@@ -505,6 +566,13 @@ grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
           ? absl::StrCat(", window ", request->window())
           : "");
   aggregator_->UpdateMembership(request->epoch(), live);
+  {
+    absl::MutexLock lock(&move_mu_);
+    if (request->epoch() > live_epoch_) {
+      live_epoch_ = request->epoch();
+      live_ = live;
+    }
+  }
   if (request->window() > 0) aggregator_->SetWindow(request->window());
   return grpc::Status::OK;
 }

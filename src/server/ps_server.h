@@ -10,15 +10,23 @@
 //   INVALID_ARGUMENT     wrong dimension, length mismatch, NaN/Inf gradient
 //   RESOURCE_EXHAUSTED   more keys than server.max_keys_per_request
 //   DEADLINE_EXCEEDED    a sync pull whose round did not close in time
+//   ABORTED              "moved: ...": the request was split by a shard map
+//                        that no longer holds at its clock; nothing was
+//                        served or applied (refresh the map, split again)
+//   UNAVAILABLE          rows of a moving bucket did not arrive in time
 //
 // Thread-safety: handlers run concurrently on gRPC's threads.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <optional>
+#include <vector>
 #include <memory>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
@@ -62,6 +70,19 @@ class PsServer final : public rpc::ParameterServer::Service {
   grpc::Status Save(grpc::ServerContext* context,
                     const rpc::SaveRequest* request,
                     rpc::SaveResponse* response) override;
+  // Live bucket migration (ps_server_moves.cc).
+  grpc::Status PrepareMove(grpc::ServerContext* context,
+                           const rpc::PrepareMoveRequest* request,
+                           rpc::PrepareMoveResponse* response) override;
+  grpc::Status AdoptShardMap(grpc::ServerContext* context,
+                             const rpc::AdoptShardMapRequest* request,
+                             rpc::AdoptShardMapResponse* response) override;
+  grpc::Status HandOver(grpc::ServerContext* context,
+                        const rpc::HandOverRequest* request,
+                        rpc::MovedRows* response) override;
+  grpc::Status TakeOver(grpc::ServerContext* context,
+                        const rpc::TakeOverRequest* request,
+                        rpc::TakeOverResponse* response) override;
 
   // What Save calls (the server's Checkpointer); unset: FAILED_PRECONDITION.
   void SetSaveHandler(std::function<absl::StatusOr<std::string>()> save) {
@@ -78,7 +99,13 @@ class PsServer final : public rpc::ParameterServer::Service {
   SparseTable* sparse_table(const std::string& name) const;
   DenseTable* dense_table(const std::string& name) const;
   uint32_t rank() const { return rank_; }
-  const ShardMap& shard_map() const { return shard_map_; }
+  // The shard map now: a copy (AdoptShardMap may replace it).
+  ShardMap shard_map() const;
+  uint64_t map_version() const;
+  // Takes `map` if it is newer than the one held (returns whether it did);
+  // buckets it moves here that have not arrived start to wait for their
+  // rows (TakeOver), and a PrepareMove hold ends.
+  bool AdoptMap(ShardMap map);
   uint64_t applied_rounds() const { return aggregator_->applied_rounds(); }
   AggregatorStats aggregator_stats() const { return aggregator_->Stats(); }
   // What GetTableInfo answers for all tables: rows, queue, latencies.
@@ -100,9 +127,37 @@ class PsServer final : public rpc::ParameterServer::Service {
   absl::Status DoPullDense(grpc::ServerContext* context,
                            const rpc::PullDenseRequest& request,
                            rpc::PullDenseResponse* response);
-  absl::Status DoPush(const rpc::PushRequest& request);
+  absl::Status DoPush(grpc::ServerContext* context,
+                      const rpc::PushRequest& request);
+  // Keys of a request at `at` split by map `split_version`: within the size
+  // limit (RESOURCE_EXHAUSTED), split by a map that still holds at `at`
+  // (ABORTED, kMovedPrefix), each this server's at `at`
+  // (FAILED_PRECONDITION).
   absl::Status CheckKeys(const std::string& table,
-                         std::span<const uint64_t> keys) const;
+                         std::span<const uint64_t> keys,
+                         const ShardMap::RequestClock& at,
+                         uint64_t split_version) const;
+  template <typename Request>
+  static ShardMap::RequestClock AtOf(const Request& request) {
+    return {.worker = request.worker_id(),
+            .incarnation = request.incarnation(),
+            .clock = request.clock()};
+  }
+  // The migration gates of a request at `at` (ps_server_moves.cc). With no
+  // keys: notes `at` as its worker's newest (what PrepareMove reports) and,
+  // while a move is prepared, holds a request at or past its worker's hold
+  // point until the new map is adopted. With keys (checked to be this
+  // server's): waits until the rows of those moving here have arrived.
+  // UNAVAILABLE after kMoveWait (the client retries), CANCELLED with the
+  // call.
+  absl::Status AwaitMoves(grpc::ServerContext* context,
+                          const ShardMap::RequestClock& at,
+                          std::span<const uint64_t> keys);
+  bool MustWait(const ShardMap::RequestClock& at,
+                std::span<const uint64_t> keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
+  absl::StatusOr<rpc::MovedRows> DoHandOver(const rpc::HandOverRequest& request);
+  absl::StatusOr<uint64_t> DoTakeOver(const rpc::MovedRows& rows);
   absl::Status AwaitPull(grpc::ServerContext* context, uint32_t worker_id,
                          uint64_t clock);
   // The aggregator's clock for a request of `worker` at `clock` from its
@@ -117,7 +172,10 @@ class PsServer final : public rpc::ParameterServer::Service {
   const JobConfig config_;
   const uint32_t rank_;
   Clock& clock_;
-  const ShardMap shard_map_;
+  const uint32_t map_num_buckets_;  // fixed for the job
+  mutable absl::Mutex map_mu_;
+  std::shared_ptr<const ShardMap> map_ ABSL_GUARDED_BY(map_mu_);
+
   const std::unique_ptr<Aggregator> aggregator_;
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
   absl::flat_hash_map<std::string, std::unique_ptr<DenseTable>> dense_;
@@ -127,6 +185,25 @@ class PsServer final : public rpc::ParameterServer::Service {
   LatencyHistogram push_latency_;
   AccessRecorder access_;  // rows, bytes and hot keys of sparse requests
   ServerPace pace_;        // server_profiles: an emulated slower machine
+
+  // Live bucket migration. Per worker the newest (incarnation, clock) of a
+  // request, packed (PackAt) so that a larger number is a later request.
+  std::vector<std::atomic<uint64_t>> seen_;
+  // True while a move is prepared or rows are on their way here: requests
+  // take move_mu_ only then.
+  std::atomic<bool> moving_{false};
+  mutable absl::Mutex move_mu_;
+  absl::CondVar move_changed_;
+  // While a move is prepared: per worker, the packed clock from which its
+  // requests wait for the new map.
+  std::optional<std::vector<uint64_t>> hold_from_ ABSL_GUARDED_BY(move_mu_);
+  // Buckets the map moves here whose rows have not arrived (their requests
+  // wait), and those whose rows have while the move is still pending.
+  absl::flat_hash_set<uint32_t> incoming_ ABSL_GUARDED_BY(move_mu_);
+  absl::flat_hash_set<uint32_t> arrived_ ABSL_GUARDED_BY(move_mu_);
+  uint64_t live_epoch_ ABSL_GUARDED_BY(move_mu_) = 0;
+  std::vector<uint32_t> live_ ABSL_GUARDED_BY(move_mu_);
+
   mutable absl::Mutex metrics_mu_;
   std::string metrics_endpoint_ ABSL_GUARDED_BY(metrics_mu_);
 

@@ -168,6 +168,16 @@ class SemiAsyncAggregator final : public Aggregator {
     fn(applied_);
   }
 
+  void RunAfterApplyingQueued(
+      const std::function<void(uint64_t)>& fn) override {
+    absl::MutexLock lock(&mu_);
+    if (queued_ > 0) {
+      ApplyQueue();
+      advanced_.SignalAll();
+    }
+    fn(applied_);
+  }
+
   uint32_t window() const override {
     absl::MutexLock lock(&mu_);
     return window_;

@@ -7,14 +7,25 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "common/hash.h"
 #include "hetps.pb.h"
 
 namespace hetps {
+
+// How a server's refusal of a request split by an outdated map begins (an
+// ABORTED status): the client refreshes its map and splits again.
+inline constexpr char kMovedPrefix[] = "moved: ";
+inline bool IsMovedError(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted &&
+         absl::StrContains(status.message(), kMovedPrefix);
+}
 
 // The bucket of `key` among `num_buckets`: fixed for the job, whoever owns
 // the bucket.
@@ -43,6 +54,57 @@ class ShardMap {
   }
   uint32_t ServerOf(uint64_t key) const { return owner_[BucketOf(key)]; }
   uint32_t owner(uint32_t bucket) const { return owner_[bucket]; }
+  // A request's place in its worker's sequence: who sent it, which process
+  // of that rank (incarnation), and the pushes it had made (clock).
+  struct RequestClock {
+    uint32_t worker = 0;
+    uint32_t incarnation = 0;
+    uint64_t clock = 0;
+  };
+  // Where a handover takes effect: per worker, the (incarnation, clock) from
+  // which its requests go to the new owner. A worker the cut does not name
+  // (the read-only client, a worker never seen) and a newer process of a
+  // named one are past it at once.
+  struct WorkerCut {
+    uint32_t incarnation = 0;
+    uint64_t clock = 0;
+  };
+  using Cut = std::map<uint32_t, WorkerCut>;
+  static bool IsPast(const Cut& cut, const RequestClock& at);
+
+  // Who serves `key` for a request at `at`: a bucket whose move is pending
+  // belongs to its old owner before the handover's cut.
+  uint32_t ServerAt(uint64_t key, const RequestClock& at) const;
+
+  // A bucket on its way from `from` to `owner(bucket)`, handed over at
+  // `cut`.
+  struct Pending {
+    uint32_t from = 0;
+    Cut cut;
+  };
+  const absl::flat_hash_map<uint32_t, Pending>& pending() const {
+    return pending_;
+  }
+  // The next version with each (bucket, server) of `moves` owned by that
+  // server from `cut` on, by its current owner before (a pending move).
+  // FAILED_PRECONDITION for a bucket whose move is still pending (one
+  // handover at a time per bucket), INVALID_ARGUMENT out of range or for a
+  // move to the bucket's owner.
+  absl::StatusOr<ShardMap> WithHandover(
+      const std::vector<std::pair<uint32_t, uint32_t>>& moves,
+      const Cut& cut) const;
+  // The next version with `buckets`' handovers done: no longer pending.
+  ShardMap Settled(const std::vector<uint32_t>& buckets) const;
+
+  // Whether a request at `at` split by a map of `split_version` went to the
+  // servers this map sends it to: no change of owners of a later version
+  // takes effect at or before it. A server refuses a request whose split
+  // no longer holds, whole, so that the client re-splits it (a part resent
+  // to a server that already took the rest would be dropped as a
+  // duplicate). The map remembers the last kKeptChanges changes; a split
+  // older than those is refused.
+  bool SplitHolds(uint64_t split_version, const RequestClock& at) const;
+  static constexpr size_t kKeptChanges = 64;
 
   // Server `server`'s slice [offset, offset + length) of a dense array of
   // `size` floats: the first size % n servers get one element more.
@@ -51,14 +113,27 @@ class ShardMap {
                                                   uint32_t num_servers);
 
  private:
-  ShardMap(uint64_t version, uint32_t num_servers, std::vector<uint32_t> owner)
+  // (version, cut) of each change of owners: a handover at its cut,
+  // WithOwners at an empty cut (every request). The last kKeptChanges;
+  // `forgotten` is the newest version dropped from the front (0: none).
+  struct Changes {
+    std::vector<std::pair<uint64_t, Cut>> list;
+    uint64_t forgotten = 0;
+    void Add(uint64_t version, Cut cut);
+  };
+  ShardMap(uint64_t version, uint32_t num_servers, std::vector<uint32_t> owner,
+           absl::flat_hash_map<uint32_t, Pending> pending, Changes changes)
       : version_(version),
         num_servers_(num_servers),
-        owner_(std::move(owner)) {}
+        owner_(std::move(owner)),
+        pending_(std::move(pending)),
+        changes_(std::move(changes)) {}
 
   uint64_t version_;
   uint32_t num_servers_;
   std::vector<uint32_t> owner_;  // bucket → server rank
+  absl::flat_hash_map<uint32_t, Pending> pending_;  // by bucket
+  Changes changes_;
 };
 
 }  // namespace hetps

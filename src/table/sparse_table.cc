@@ -407,6 +407,51 @@ void SparseTable::ForEachRowWithState(
   }
 }
 
+uint64_t SparseTable::ExtractRows(
+    const std::function<bool(uint64_t)>& take,
+    const std::function<void(uint64_t, std::span<const float>,
+                             std::span<const float>, uint64_t)>& fn) {
+  const uint64_t dim = config_.dim;
+  uint64_t removed = 0;
+  for (const auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    // The key of every slot (the rows do not carry their keys), and the
+    // slots to free.
+    std::vector<uint64_t> key_of(stripe->rows);
+    std::vector<uint32_t> freed;
+    for (const auto& [key, slot] : stripe->index) {
+      key_of[slot] = key;
+      if (take(key)) freed.push_back(slot);
+    }
+    if (freed.empty()) continue;
+    for (uint32_t slot : freed) {
+      const float* row = Row(*stripe, slot);
+      fn(key_of[slot], std::span<const float>(row, dim),
+         std::span<const float>(row + dim, state_width_),
+         LoadCount(row + dim + state_width_));
+      stripe->index.erase(key_of[slot]);
+    }
+    // Fill the freed slots from the end, highest first, so a row moved in
+    // is never one still to be freed.
+    std::sort(freed.begin(), freed.end(), std::greater<>());
+    for (uint32_t slot : freed) {
+      const uint32_t last = --stripe->rows;
+      if (slot != last) {
+        std::copy_n(Row(*stripe, last), row_stride_, Row(*stripe, slot));
+        key_of[slot] = key_of[last];
+        stripe->index[key_of[slot]] = slot;
+      }
+    }
+    // Chunks past the last row are returned.
+    const uint64_t chunks =
+        (uint64_t{stripe->rows} + (uint64_t{1} << chunk_shift_) - 1) >>
+        chunk_shift_;
+    stripe->chunks.resize(chunks);
+    removed += freed.size();
+  }
+  return removed;
+}
+
 void SparseTable::RestoreRow(uint64_t key, std::span<const float> weights,
                              std::span<const float> state,
                              uint64_t update_count) {

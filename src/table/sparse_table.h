@@ -79,6 +79,17 @@ class SparseTable {
       const std::function<void(uint64_t, std::span<const float>,
                                std::span<const float>, uint64_t)>& fn) const;
 
+  // Removes every row whose key `take` accepts, handing each to `fn(key,
+  // weights, state, update_count)` first: what a bucket that moves to
+  // another server gives up (RestoreRow installs it there). Stripe by
+  // stripe, each locked while it is visited; the last rows of a stripe move
+  // into the freed slots, so its rows stay contiguous. Returns the rows
+  // removed.
+  uint64_t ExtractRows(
+      const std::function<bool(uint64_t)>& take,
+      const std::function<void(uint64_t, std::span<const float>,
+                               std::span<const float>, uint64_t)>& fn);
+
   // Sets the row of `key` (created when missing) to `weights` (dim floats),
   // `state` (state_width() floats) and `update_count`: what a checkpoint
   // restores.

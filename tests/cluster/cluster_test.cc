@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
+#include <cstdio>
+#include <functional>
 #include <map>
+#include <random>
 #include <mutex>
 #include <thread>
 
@@ -15,6 +19,7 @@
 #include "hetps/ps_client.h"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
+#include "shard/bucket_mover.h"
 #include "support/test_support.h"
 
 namespace hetps {
@@ -27,7 +32,7 @@ using testing::TempDir;
 
 std::string PatternConfig(const std::string& mode,
                           const std::vector<std::string>& endpoints,
-                          int workers) {
+                          int workers, const std::string& extra = "") {
   return absl::StrCat(R"(name: pattern
 mode: )",
                       mode, R"(
@@ -43,6 +48,7 @@ server:
 train:
   model: none
   warmup_rounds: 0  # the tests check exact sums of full steps
+  batch_size: 1     # a full round's samples known before the first
 tables:
   - name: emb
     kind: sparse
@@ -54,42 +60,61 @@ tables:
     dim: 10
     optimizer: {type: sgd, learning_rate: 0.5}
     init: {type: zero}
-)");
+)",
+                      extra);
 }
 
-// Runs 3 pattern workers for `rounds` against 2 servers; returns the final
+// Runs pattern workers for `rounds` against 2 servers; returns the final
 // sparse rows of `keys` and the dense table, read back through a PsClient.
 struct Final {
   std::map<uint64_t, std::vector<float>> rows;
   std::vector<float> dense;
 };
 
+struct PatternRun {
+  int workers = 3;
+  int pause_ms = 0;          // after each round
+  std::string extra_config;  // appended to PatternConfig's
+  // Runs beside the workers until `done` turns true (they all exited).
+  std::function<void(const std::vector<std::string>& endpoints,
+                     const std::atomic<bool>& done)>
+      during;
+};
+
 Final RunPattern(const std::string& mode, int rounds,
-                 const std::vector<uint64_t>& keys) {
+                 const std::vector<uint64_t>& keys,
+                 const PatternRun& run = {}) {
   TempDir dir;
   const auto endpoints = testing::FreeEndpoints(2);
-  const std::string config =
-      dir.Write("job.yaml", PatternConfig(mode, endpoints, 3));
+  const std::string config = dir.Write(
+      "job.yaml", PatternConfig(mode, endpoints, run.workers, run.extra_config));
   ServerProcesses servers;
   EXPECT_TRUE(servers.Start(config, 2, std::chrono::seconds(30)));
-  for (int w = 0; w < 3; ++w) {
-    auto pid =
-        servers.group().Spawn(absl::StrCat("worker ", w),
-                              {HETPS_PATTERN_WORKER, config, std::to_string(w),
-                               std::to_string(rounds)});
+  for (int w = 0; w < run.workers; ++w) {
+    auto pid = servers.group().Spawn(
+        absl::StrCat("worker ", w),
+        {HETPS_PATTERN_WORKER, config, std::to_string(w),
+         std::to_string(rounds), std::to_string(run.pause_ms)});
     EXPECT_TRUE(pid.ok()) << pid.status();
+  }
+  std::atomic<bool> workers_done{false};
+  std::thread beside;
+  if (run.during) {
+    beside = std::thread([&] { run.during(endpoints, workers_done); });
   }
   int done = 0;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (done < 3 && std::chrono::steady_clock::now() < deadline) {
+  while (done < run.workers && std::chrono::steady_clock::now() < deadline) {
     auto exit = servers.group().WaitAny(absl::Milliseconds(100));
     if (!exit) continue;
     EXPECT_EQ(exit->exit_code, 0) << exit->label;
     EXPECT_THAT(exit->label, HasSubstr("worker"));
     ++done;
   }
-  EXPECT_EQ(done, 3) << "workers did not finish in time";
+  EXPECT_EQ(done, run.workers) << "workers did not finish in time";
+  workers_done = true;
+  if (beside.joinable()) beside.join();
 
   Final final;
   PsClientOptions options;
@@ -131,12 +156,13 @@ std::vector<uint64_t> CheckedKeys() {
 
 constexpr int kRounds = 12;
 
-TEST(ClusterTest, SyncTwoServersThreeWorkersGiveExactValues) {
-  const auto keys = CheckedKeys();
-  const Final final = RunPattern("sync", kRounds, keys);
+// Sync: each round's pushes merged (Σ b·g over the round's batch of 4) and
+// applied once: bit-exact, since every sum is of small dyadic numbers.
+void ExpectSyncValues(const Final& final, const std::vector<uint64_t>& keys,
+                      int rounds) {
   for (uint64_t key : keys) {
     std::vector<float> expected(pattern::kDim, 0.0f);
-    for (int r = 0; r < kRounds; ++r) {
+    for (int r = 0; r < rounds; ++r) {
       for (uint64_t c = 0; c < pattern::kDim; ++c) {
         float merged = 0;
         for (uint32_t w = 0; w < 3; ++w) {
@@ -149,7 +175,7 @@ TEST(ClusterTest, SyncTwoServersThreeWorkersGiveExactValues) {
     EXPECT_EQ(final.rows.at(key), expected) << "key " << key;
   }
   std::vector<float> dense(pattern::kDenseSize, 0.0f);
-  for (int r = 0; r < kRounds; ++r) {
+  for (int r = 0; r < rounds; ++r) {
     for (uint64_t i = 0; i < pattern::kDenseSize; ++i) {
       float merged = 0;
       for (uint32_t w = 0; w < 3; ++w) {
@@ -161,15 +187,18 @@ TEST(ClusterTest, SyncTwoServersThreeWorkersGiveExactValues) {
   EXPECT_EQ(final.dense, dense);
 }
 
-TEST(ClusterTest, AsyncTwoServersThreeWorkersGiveTheSameTotal) {
-  const auto keys = CheckedKeys();
-  const Final final = RunPattern("async", kRounds, keys);
+// Every push of `workers` applied once, as `scale` of a step: the same
+// total in any order (async: 1; semi_async with batch-1 workers and queues
+// of at most a full round of 2: 1/2 each).
+void ExpectEachPushOnce(const Final& final, const std::vector<uint64_t>& keys,
+                        int rounds, uint32_t workers, float scale) {
   for (uint64_t key : keys) {
     std::vector<float> expected(pattern::kDim, 0.0f);
-    for (int r = 0; r < kRounds; ++r) {
-      for (uint32_t w = 0; w < 3; ++w) {
+    for (int r = 0; r < rounds; ++r) {
+      for (uint32_t w = 0; w < workers; ++w) {
         for (uint64_t c = 0; c < pattern::kDim; ++c) {
-          expected[c] -= pattern::kLearningRate * WorkerGrad(w, r, key, c);
+          expected[c] -=
+              pattern::kLearningRate * scale * WorkerGrad(w, r, key, c);
         }
       }
     }
@@ -177,14 +206,111 @@ TEST(ClusterTest, AsyncTwoServersThreeWorkersGiveTheSameTotal) {
     EXPECT_EQ(final.rows.at(key), expected) << "key " << key;
   }
   std::vector<float> dense(pattern::kDenseSize, 0.0f);
-  for (int r = 0; r < kRounds; ++r) {
-    for (uint32_t w = 0; w < 3; ++w) {
+  for (int r = 0; r < rounds; ++r) {
+    for (uint32_t w = 0; w < workers; ++w) {
       for (uint64_t i = 0; i < pattern::kDenseSize; ++i) {
-        dense[i] -= pattern::kLearningRate * pattern::GradOf(w, r, i, 0);
+        dense[i] -= pattern::kLearningRate * scale * pattern::GradOf(w, r, i, 0);
       }
     }
   }
   EXPECT_EQ(final.dense, dense);
+}
+
+TEST(ClusterTest, SyncTwoServersThreeWorkersGiveExactValues) {
+  const auto keys = CheckedKeys();
+  ExpectSyncValues(RunPattern("sync", kRounds, keys), keys, kRounds);
+}
+
+TEST(ClusterTest, AsyncTwoServersThreeWorkersGiveTheSameTotal) {
+  const auto keys = CheckedKeys();
+  ExpectEachPushOnce(RunPattern("async", kRounds, keys), keys, kRounds, 3,
+                     1.0f);
+}
+
+// Live bucket migration (issue 14): while the workers push, a BucketMover
+// moves the buckets of the pattern's keys between the two servers every
+// 10-50 ms; the final values are exactly those of a run without moves.
+// Returns the moves made.
+int MoveBucketsWhileTraining(const std::string& mode, int rounds,
+                             const std::vector<uint64_t>& keys,
+                             PatternRun run, Final* final) {
+  std::atomic<int> moves{0};
+  run.pause_ms = 5;
+  run.during = [&](const std::vector<std::string>& endpoints,
+                   const std::atomic<bool>& done) {
+    BucketMover mover(endpoints,
+                      mode == "sync"    ? ConsistencyMode::kSync
+                      : mode == "async" ? ConsistencyMode::kAsync
+                                        : ConsistencyMode::kSemiAsync,
+                      GrpcParameterServerStubs(64 << 20, Credentials()));
+    // The buckets the workers push to: the shared keys' and their own.
+    std::vector<uint64_t> pushed;
+    for (uint32_t w = 0; w < static_cast<uint32_t>(run.workers); ++w) {
+      for (uint64_t key : pattern::StepOf(w, 0).keys) pushed.push_back(key);
+    }
+    const ShardMap layout = ShardMap::Uniform(2, JobConfig().server.num_buckets);
+    std::mt19937 random(7);
+    std::map<uint32_t, uint32_t> owner;  // as the moves left them
+    while (!done) {
+      const uint32_t bucket =
+          layout.BucketOf(pushed[random() % pushed.size()]);
+      auto [it, first] = owner.try_emplace(bucket, layout.owner(bucket));
+      const uint32_t to = 1 - it->second;
+      auto moved = mover.Move({{bucket, to}});
+      if (!moved.ok()) {
+        // The workers leaving end a move's wait; anything else is a bug.
+        EXPECT_TRUE(done) << moved.status();
+        break;
+      }
+      it->second = to;
+      ++moves;
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(10 + random() % 41));
+    }
+  };
+  *final = RunPattern(mode, rounds, keys, run);
+  std::printf("%d bucket moves while training\n", moves.load());
+  return moves;
+}
+
+TEST(ClusterMigrationTest, AsyncBucketsMovingEveryFewMsLoseNoUpdate) {
+  const auto keys = CheckedKeys();
+  Final final;
+  const int moves = MoveBucketsWhileTraining("async", 200, keys, {}, &final);
+  EXPECT_GE(moves, 10);
+  ExpectEachPushOnce(final, keys, 200, 3, 1.0f);
+}
+
+TEST(ClusterMigrationTest, SyncBucketsMovingEveryFewMsKeepExactRounds) {
+  const auto keys = CheckedKeys();
+  Final final;
+  const int moves = MoveBucketsWhileTraining("sync", 200, keys, {}, &final);
+  EXPECT_GE(moves, 10);
+  ExpectSyncValues(final, keys, 200);
+}
+
+TEST(ClusterMigrationTest, SemiAsyncBucketsMovingEveryFewMsLoseNoUpdate) {
+  // Two workers of batch 1 and a fixed window of 2 without staleness
+  // weights: every apply takes Σ g / 2, whether a full queue or a queue a
+  // handover applied early, so the total is exact.
+  const auto keys = CheckedKeys();
+  PatternRun run;
+  run.workers = 2;
+  run.extra_config = R"(semi_async:
+  window_min: 2
+  window_max: 2
+  adapt_window: false
+  staleness_decay: 0
+)";
+  Final final;
+  const int moves =
+      MoveBucketsWhileTraining("semi_async", 200, keys, run, &final);
+  EXPECT_GE(moves, 10);
+  std::vector<uint64_t> shared;  // worker 2's own keys were never pushed
+  for (uint64_t key : keys) {
+    if (key < 1200) shared.push_back(key);
+  }
+  ExpectEachPushOnce(final, shared, 200, 2, 0.5f);
 }
 
 // A server killed with SIGKILL mid-run comes back (by hand, --resume) from

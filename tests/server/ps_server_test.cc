@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "common/bytes.h"
 #include "common/channel.h"
@@ -400,6 +403,164 @@ TEST(PsServerShardingTest, KeyOfAnotherServerIsRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("belongs to server 0"));
   EXPECT_EQ((*server)->sparse_table("emb")->size(), 0u);
+}
+
+TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
+  JobConfig config = TwoTableJob();
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  auto server = PsServer::Create(config, 1);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const ShardMap v1 = (*server)->shard_map();
+  // A key of server 1's that moves to server 0 from clock 5, and one that
+  // stays.
+  uint64_t moving = 0;
+  while (v1.ServerOf(moving) != 1) ++moving;
+  uint64_t staying = moving + 1;
+  while (v1.ServerOf(staying) != 1 ||
+         v1.BucketOf(staying) == v1.BucketOf(moving)) {
+    ++staying;
+  }
+  auto v2 = v1.WithHandover({{v1.BucketOf(moving), 0}},
+                            {{0, {.incarnation = 0, .clock = 5}}});
+  ASSERT_TRUE(v2.ok());
+  EXPECT_TRUE((*server)->AdoptMap(*v2));
+  EXPECT_FALSE((*server)->AdoptMap(v1)) << "an older map";
+  EXPECT_EQ((*server)->shard_map().version(), 2u);
+  auto push = [&](uint64_t clock, uint64_t split,
+                  std::vector<uint64_t> keys) {
+    rpc::PushRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_batch_size(1);
+    req.set_worker_id(0);
+    req.set_clock(clock);
+    req.set_map_version(split);
+    rpc::TableGradient* g = req.add_gradients();
+    g->set_table("emb");
+    g->set_dim(4);
+    AssignBytes<uint64_t>(g->mutable_keys(), keys);
+    AssignBytes<float>(g->mutable_values(),
+                       std::vector<float>(4 * keys.size(), 1.0f));
+    rpc::PushResponse resp;
+    grpc::ServerContext ctx;
+    return (*server)->Push(&ctx, &req, &resp);
+  };
+  // Below the handover clock the bucket is still this server's, whatever
+  // the split.
+  EXPECT_TRUE(push(4, 1, {moving, staying}).ok());
+  EXPECT_EQ((*server)->sparse_table("emb")->size(), 2u);
+  // From clock 5 a v1 split no longer holds: refused whole, nothing
+  // applied, even though one key stays here.
+  const grpc::Status stale = push(5, 1, {staying});
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(stale.error_message(), HasSubstr("moved"));
+  EXPECT_THAT(stale.error_message(), HasSubstr("version 2"));
+  // Split by v2: the moved key is server 0's from clock 5 (a client bug to
+  // send it here), the other one is served.
+  const grpc::Status wrong = push(5, 2, {moving});
+  EXPECT_EQ(wrong.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(wrong.error_message(), HasSubstr("belongs to server 0"));
+  EXPECT_TRUE(push(5, 2, {staying}).ok());
+  std::vector<float> row(4);
+  ASSERT_TRUE((*server)->sparse_table("emb")->Lookup(staying, row));
+  // Pulls follow the same rule.
+  rpc::PullSparseRequest pull;
+  pull.set_protocol_version(kProtocolVersion);
+  pull.set_table("emb");
+  pull.set_dim(4);
+  pull.set_worker_id(0);
+  pull.set_clock(6);
+  pull.set_map_version(1);
+  AssignBytes<uint64_t>(pull.mutable_keys(), std::vector<uint64_t>{staying});
+  rpc::PullSparseResponse got;
+  grpc::ServerContext ctx;
+  EXPECT_EQ((*server)->PullSparse(&ctx, &pull, &got).error_code(),
+            grpc::StatusCode::ABORTED);
+  pull.set_map_version(2);
+  rpc::PullSparseResponse served;
+  grpc::ServerContext ctx2;
+  EXPECT_TRUE((*server)->PullSparse(&ctx2, &pull, &served).ok());
+}
+
+// The rows of a handed-over bucket leave the old owner with their optimizer
+// state and arrive at the new one; the new owner holds the bucket's requests
+// until they do, then applies them on the moved rows.
+TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
+  JobConfig config = TwoTableJob();
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  auto old_owner = PsServer::Create(config, 1);
+  auto new_owner = PsServer::Create(config, 0);
+  ASSERT_TRUE(old_owner.ok() && new_owner.ok());
+  const ShardMap v1 = (*old_owner)->shard_map();
+  uint64_t moving = 0;
+  while (v1.ServerOf(moving) != 1) ++moving;
+  const uint32_t bucket = v1.BucketOf(moving);
+  auto push = [&](PsServer& server, uint64_t clock, uint64_t split) {
+    rpc::PushRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_batch_size(1);
+    req.set_worker_id(0);
+    req.set_clock(clock);
+    req.set_map_version(split);
+    rpc::TableGradient* g = req.add_gradients();
+    g->set_table("emb");
+    g->set_dim(4);
+    AssignBytes<uint64_t>(g->mutable_keys(), std::vector<uint64_t>{moving});
+    AssignBytes<float>(g->mutable_values(), std::vector<float>(4, 1.0f));
+    rpc::PushResponse resp;
+    grpc::ServerContext ctx;
+    return server.Push(&ctx, &req, &resp);
+  };
+  // Two pushes before the cut at the old owner.
+  ASSERT_TRUE(push(**old_owner, 0, 1).ok());
+  ASSERT_TRUE(push(**old_owner, 1, 1).ok());
+  std::vector<float> trained(4);
+  ASSERT_TRUE((*old_owner)->sparse_table("emb")->Lookup(moving, trained));
+
+  auto v2 = v1.WithHandover({{bucket, 0}},
+                            {{0, {.incarnation = 0, .clock = 2}}});
+  ASSERT_TRUE(v2.ok());
+  ASSERT_TRUE((*old_owner)->AdoptMap(*v2));
+  ASSERT_TRUE((*new_owner)->AdoptMap(*v2));
+  // The push past the cut waits at the new owner for the rows.
+  std::atomic<bool> pushed{false};
+  grpc::Status held;
+  std::thread pusher([&] {
+    held = push(**new_owner, 2, 2);
+    pushed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(pushed.load()) << "applied before the rows arrived";
+  EXPECT_EQ((*new_owner)->sparse_table("emb")->size(), 0u);
+
+  rpc::HandOverRequest hand;
+  hand.set_protocol_version(kProtocolVersion);
+  hand.add_buckets(bucket);
+  rpc::MovedRows rows;
+  grpc::ServerContext ctx;
+  ASSERT_TRUE((*old_owner)->HandOver(&ctx, &hand, &rows).ok());
+  EXPECT_EQ((*old_owner)->sparse_table("emb")->size(), 0u);
+  // Only the pending bucket's, and only from its old owner.
+  rpc::HandOverRequest wrong = hand;
+  wrong.set_buckets(0, bucket + 1);
+  grpc::ServerContext ctx2;
+  EXPECT_EQ((*old_owner)->HandOver(&ctx2, &wrong, &rows).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  rpc::TakeOverRequest take;
+  take.set_protocol_version(kProtocolVersion);
+  *take.mutable_rows() = rows;
+  rpc::TakeOverResponse taken;
+  grpc::ServerContext ctx3;
+  ASSERT_TRUE((*new_owner)->TakeOver(&ctx3, &take, &taken).ok());
+  EXPECT_EQ(taken.rows(), 1u);
+  pusher.join();
+  ASSERT_TRUE(held.ok()) << held.error_message();
+  // sgd lr 0.5 (TwoTableJob): three pushes of 1.0 in all, exactly.
+  std::vector<float> row(4);
+  ASSERT_TRUE((*new_owner)->sparse_table("emb")->Lookup(moving, row));
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(row[c], trained[c] - 0.5f) << c;
+  }
 }
 
 }  // namespace

@@ -131,6 +131,11 @@ class FaultyStub final
     HETPS_FAULTY_METHOD(GetTableInfo, TableInfoRequest, TableInfoResponse)
     HETPS_FAULTY_METHOD(UpdateMembership, MembershipUpdate, MembershipAck)
     HETPS_FAULTY_METHOD(Save, SaveRequest, SaveResponse)
+    HETPS_FAULTY_METHOD(PrepareMove, PrepareMoveRequest, PrepareMoveResponse)
+    HETPS_FAULTY_METHOD(AdoptShardMap, AdoptShardMapRequest,
+                        AdoptShardMapResponse)
+    HETPS_FAULTY_METHOD(HandOver, HandOverRequest, MovedRows)
+    HETPS_FAULTY_METHOD(TakeOver, TakeOverRequest, TakeOverResponse)
 #undef HETPS_FAULTY_METHOD
 
    private:

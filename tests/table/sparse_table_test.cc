@@ -329,5 +329,77 @@ TEST(SparseTableTest, ConcurrentLargePushesLoseNoUpdates) {
   EXPECT_THAT(PullAll(*table, keys), ::testing::Each(-3.0f));
 }
 
+TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
+  // Enough rows in one stripe to span several chunks (dim 16 with adagrad:
+  // 34 floats a row, ~7700 rows a chunk), every row trained once so its
+  // weights, accumulator and count differ from a fresh row's.
+  const TableConfig config = MakeConfig(16, "adagrad", "uniform");
+  auto table = MakeTable(config, 1);
+  constexpr uint64_t kRows = 20000;
+  std::vector<uint64_t> keys(kRows);
+  for (uint64_t k = 0; k < kRows; ++k) keys[k] = k * 7919 + 3;
+  std::vector<float> grads(kRows * 16);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * (i % 13) - 0.05f;
+  table->Push(keys, grads);
+  std::map<uint64_t, std::vector<float>> before;
+  table->ForEachRowWithState([&](uint64_t key, std::span<const float> w,
+                                 std::span<const float> st, uint64_t count) {
+    std::vector<float> all(w.begin(), w.end());
+    all.insert(all.end(), st.begin(), st.end());
+    all.push_back(static_cast<float>(count));
+    before[key] = std::move(all);
+  });
+  ASSERT_EQ(before.size(), kRows);
+  // A third of the rows leave (as a bucket's would) into another table.
+  auto leaves = [](uint64_t key) { return key % 3 == 0; };
+  auto other = MakeTable(config, 4);
+  uint64_t handed = 0;
+  const uint64_t removed = table->ExtractRows(
+      leaves, [&](uint64_t key, std::span<const float> w,
+                  std::span<const float> st, uint64_t count) {
+        EXPECT_TRUE(leaves(key)) << key;
+        other->RestoreRow(key, w, st, count);
+        ++handed;
+      });
+  EXPECT_EQ(removed, handed);
+  uint64_t expected = 0;
+  for (uint64_t k : keys) expected += leaves(k) ? 1 : 0;
+  EXPECT_EQ(removed, expected);
+  EXPECT_EQ(table->size(), kRows - expected);
+  EXPECT_EQ(other->size(), expected);
+  // Every row is in exactly one of the two, as it was.
+  std::map<uint64_t, std::vector<float>> after;
+  for (const SparseTable* t : {table.get(), other.get()}) {
+    t->ForEachRowWithState([&](uint64_t key, std::span<const float> w,
+                               std::span<const float> st, uint64_t count) {
+      std::vector<float> all(w.begin(), w.end());
+      all.insert(all.end(), st.begin(), st.end());
+      all.push_back(static_cast<float>(count));
+      EXPECT_TRUE(after.emplace(key, std::move(all)).second) << key;
+    });
+  }
+  EXPECT_EQ(after, before);
+  // The rows that stayed still train in place; one that left comes back
+  // fresh where it is pulled again.
+  std::vector<float> row(16), fresh(16);
+  const uint64_t stayed = keys[1], left = keys[0];
+  ASSERT_FALSE(leaves(stayed));
+  ASSERT_TRUE(leaves(left));
+  ASSERT_TRUE(table->Lookup(stayed, row));
+  EXPECT_EQ(std::vector<float>(row), std::vector<float>(
+                before[stayed].begin(), before[stayed].begin() + 16));
+  EXPECT_FALSE(table->Lookup(left, row));
+  table->Pull(std::vector<uint64_t>{left}, fresh);
+  auto untouched = MakeTable(config, 1);
+  untouched->Pull(std::vector<uint64_t>{left}, row);
+  EXPECT_EQ(fresh, row);
+  // Taking every row empties the table.
+  EXPECT_EQ(table->ExtractRows([](uint64_t) { return true; },
+                               [](uint64_t, std::span<const float>,
+                                  std::span<const float>, uint64_t) {}),
+            kRows - expected + 1);
+  EXPECT_EQ(table->size(), 0u);
+}
+
 }  // namespace
 }  // namespace hetps

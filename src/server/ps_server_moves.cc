@@ -1,0 +1,291 @@
+// PsServer's part in live bucket migration (docs/ARCHITECTURE.md, "Live
+// bucket migration"): the gates every request passes, and the four calls
+// the BucketMover makes.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/bytes.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "server/ps_server.h"
+
+namespace hetps {
+namespace {
+
+// The longest a request waits at a gate before it is answered UNAVAILABLE
+// (the client retries).
+constexpr absl::Duration kMoveWait = absl::Seconds(30);
+
+// (incarnation, clock) as one number that grows with both, plus one so that
+// 0 means "never seen".
+uint64_t PackAt(uint32_t incarnation, uint64_t clock) {
+  return ((uint64_t{incarnation} << 40) | clock) + 1;
+}
+ShardMap::WorkerCut Unpack(uint64_t packed) {
+  const uint64_t v = packed - 1;
+  return {.incarnation = static_cast<uint32_t>(v >> 40),
+          .clock = v & ((uint64_t{1} << 40) - 1)};
+}
+
+}  // namespace
+
+absl::Status PsServer::AwaitMoves(grpc::ServerContext* context,
+                                  const ShardMap::RequestClock& at,
+                                  std::span<const uint64_t> keys) {
+  const bool worker = at.worker < seen_.size();
+  const uint64_t packed = PackAt(at.incarnation, at.clock);
+  if (keys.empty() && worker) {
+    std::atomic<uint64_t>& seen = seen_[at.worker];
+    uint64_t old = seen.load();
+    while (old < packed && !seen.compare_exchange_weak(old, packed)) {
+    }
+  }
+  if (!moving_.load()) return absl::OkStatus();
+  absl::MutexLock lock(&move_mu_);
+  const absl::Time deadline = absl::Now() + kMoveWait;
+  while (MustWait(at, keys)) {
+    if (context != nullptr && context->IsCancelled()) {
+      return absl::CancelledError("the call was cancelled");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "server ", rank_, ": ",
+          keys.empty() ? "a shard map move is being prepared"
+                       : "rows of a bucket moving here have not arrived",
+          " after ", absl::FormatDuration(kMoveWait), "; retry"));
+    }
+    move_changed_.WaitWithTimeout(&move_mu_, absl::Milliseconds(50));
+  }
+  return absl::OkStatus();
+}
+
+bool PsServer::MustWait(const ShardMap::RequestClock& at,
+                        std::span<const uint64_t> keys) const {
+  if (keys.empty()) {
+    return at.worker < seen_.size() && hold_from_.has_value() &&
+           PackAt(at.incarnation, at.clock) >= (*hold_from_)[at.worker];
+  }
+  if (incoming_.empty()) return false;
+  for (uint64_t key : keys) {
+    if (incoming_.contains(BucketOfKey(key, map_num_buckets_))) return true;
+  }
+  return false;
+}
+
+bool PsServer::AdoptMap(ShardMap map) {
+  absl::MutexLock lock(&move_mu_);
+  {
+    absl::MutexLock map_lock(&map_mu_);
+    if (map.version() <= map_->version()) return false;
+  }
+  // The buckets that move here wait for their rows before the map that
+  // sends their requests here is in force.
+  absl::flat_hash_set<uint32_t> incoming;
+  absl::flat_hash_set<uint32_t> arrived;
+  for (const auto& [bucket, pending] : map.pending()) {
+    if (map.owner(bucket) != rank_) continue;
+    if (arrived_.contains(bucket)) {
+      arrived.insert(bucket);
+    } else {
+      incoming.insert(bucket);
+    }
+  }
+  incoming_ = std::move(incoming);
+  arrived_ = std::move(arrived);
+  hold_from_.reset();
+  moving_ = !incoming_.empty();
+  {
+    absl::MutexLock map_lock(&map_mu_);
+    map_ = std::make_shared<const ShardMap>(std::move(map));
+  }
+  move_changed_.SignalAll();
+  return true;
+}
+
+grpc::Status PsServer::PrepareMove(grpc::ServerContext*,
+                                   const rpc::PrepareMoveRequest* request,
+                                   rpc::PrepareMoveResponse* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::MutexLock lock(&move_mu_);
+  if (request->hold()) {
+    // Read after the hold is set (under move_mu_, which every request
+    // past its notes takes while moving_): a request not held was noted
+    // before, so its clock is at most what is read here.
+    moving_ = true;
+    hold_from_.emplace(seen_.size());
+  }
+  for (uint32_t w = 0; w < seen_.size(); ++w) {
+    const uint64_t seen = seen_[w].load();
+    if (request->hold()) {
+      // Two clocks past the newest seen (the cut will be there or later);
+      // a worker never seen here waits from its first request.
+      (*hold_from_)[w] = seen == 0 ? 1 : seen + 2;
+    }
+    if (seen == 0) continue;
+    const ShardMap::WorkerCut at = Unpack(seen);
+    rpc::WorkerCut* out = response->add_seen();
+    out->set_worker(w);
+    out->set_incarnation(at.incarnation);
+    out->set_clock(at.clock);
+  }
+  for (uint32_t w : live_) response->add_live_workers(w);
+  shard_map().ToProto(response->mutable_shard_map());
+  return grpc::Status::OK;
+}
+
+grpc::Status PsServer::AdoptShardMap(grpc::ServerContext*,
+                                     const rpc::AdoptShardMapRequest* request,
+                                     rpc::AdoptShardMapResponse* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  auto map = ShardMap::FromProto(request->shard_map());
+  if (!map.ok()) return ToGrpcStatus(map.status());
+  const ShardMap current = shard_map();
+  if (map->num_servers() != current.num_servers() ||
+      map->num_buckets() != current.num_buckets()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "shard map of ", map->num_servers(), " servers and ",
+        map->num_buckets(), " buckets; this job has ", current.num_servers(),
+        " and ", current.num_buckets())));
+  }
+  if (AdoptMap(*std::move(map))) {
+    spdlog::debug("server {}: shard map version {}", rank_, map_version());
+  }
+  response->set_version(map_version());
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
+    const rpc::HandOverRequest& request) {
+  const ShardMap map = shard_map();
+  // Every live worker is past the cut (the mover checked): its pushes
+  // before it were answered, so applied (sync closes a round in the push
+  // that completes it); semi_async's queue is applied below.
+  absl::flat_hash_set<uint32_t> buckets;
+  for (uint32_t bucket : request.buckets()) {
+    const auto it = map.pending().find(bucket);
+    if (it == map.pending().end() || it->second.from != rank_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", rank_, ": bucket ", bucket,
+          " is not being handed over from here in shard map version ",
+          map.version()));
+    }
+    buckets.insert(bucket);
+  }
+  rpc::MovedRows rows;
+  for (uint32_t bucket : request.buckets()) rows.add_buckets(bucket);
+  const uint32_t num_buckets = map.num_buckets();
+  aggregator_->RunAfterApplyingQueued([&](uint64_t) {
+    for (const auto& [name, table] : sparse_) {
+      rpc::MovedTable* moved = rows.add_tables();
+      moved->set_table(name);
+      std::vector<uint64_t> keys;
+      std::vector<float> weights;
+      std::vector<float> state;
+      table->ExtractRows(
+          [&](uint64_t key) {
+            return buckets.contains(BucketOfKey(key, num_buckets));
+          },
+          [&](uint64_t key, std::span<const float> w,
+              std::span<const float> s, uint64_t updates) {
+            keys.push_back(key);
+            weights.insert(weights.end(), w.begin(), w.end());
+            state.insert(state.end(), s.begin(), s.end());
+            moved->add_update_counts(updates);
+          });
+      AssignBytes<uint64_t>(moved->mutable_keys(), keys);
+      AssignBytes<float>(moved->mutable_weights(), weights);
+      AssignBytes<float>(moved->mutable_state(), state);
+    }
+  });
+  return rows;
+}
+
+grpc::Status PsServer::HandOver(grpc::ServerContext*,
+                                const rpc::HandOverRequest* request,
+                                rpc::MovedRows* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  auto rows = DoHandOver(*request);
+  if (!rows.ok()) return ToGrpcStatus(rows.status());
+  *response = *std::move(rows);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
+  const ShardMap map = shard_map();
+  for (uint32_t bucket : rows.buckets()) {
+    const auto it = map.pending().find(bucket);
+    if (it == map.pending().end() || map.owner(bucket) != rank_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", rank_, ": bucket ", bucket,
+          " is not moving here in shard map version ", map.version()));
+    }
+  }
+  // Validated whole before a row is installed.
+  for (const rpc::MovedTable& moved : rows.tables()) {
+    SparseTable* table = sparse_table(moved.table());
+    if (table == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("moved rows of unknown table '", moved.table(), "'"));
+    }
+    const size_t n = moved.keys().size() / sizeof(uint64_t);
+    if (moved.keys().size() != n * sizeof(uint64_t) ||
+        moved.weights().size() != n * table->dim() * sizeof(float) ||
+        moved.state().size() != n * table->state_width() * sizeof(float) ||
+        static_cast<size_t>(moved.update_counts_size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moved rows of table '", moved.table(), "' are not ", n,
+          " rows of dim ", table->dim(), " with state ",
+          table->state_width()));
+    }
+  }
+  uint64_t installed = 0;
+  for (const rpc::MovedTable& moved : rows.tables()) {
+    SparseTable* table = sparse_table(moved.table());
+    std::vector<uint64_t> key_scratch;
+    std::vector<float> weight_scratch, state_scratch;
+    auto keys = ViewAs<uint64_t>(moved.keys(), key_scratch);
+    auto weights = ViewAs<float>(moved.weights(), weight_scratch);
+    auto state = ViewAs<float>(moved.state(), state_scratch);
+    const uint64_t dim = table->dim();
+    const uint64_t width = table->state_width();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      table->RestoreRow(keys[i], weights.subspan(i * dim, dim),
+                        state.subspan(i * width, width),
+                        moved.update_counts(static_cast<int>(i)));
+    }
+    installed += keys.size();
+  }
+  absl::MutexLock lock(&move_mu_);
+  for (uint32_t bucket : rows.buckets()) {
+    incoming_.erase(bucket);
+    arrived_.insert(bucket);
+  }
+  moving_ = hold_from_.has_value() || !incoming_.empty();
+  move_changed_.SignalAll();
+  return installed;
+}
+
+grpc::Status PsServer::TakeOver(grpc::ServerContext*,
+                                const rpc::TakeOverRequest* request,
+                                rpc::TakeOverResponse* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  auto installed = DoTakeOver(request->rows());
+  if (!installed.ok()) return ToGrpcStatus(installed.status());
+  response->set_rows(*installed);
+  return grpc::Status::OK;
+}
+
+}  // namespace hetps

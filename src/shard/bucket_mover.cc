@@ -1,0 +1,268 @@
+#include "shard/bucket_mover.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/bytes.h"
+#include "common/logging.h"
+#include "hetps/version.h"
+
+namespace hetps {
+namespace {
+
+// Whether a worker seen at `seen` is past its cut `cut`.
+bool Passed(const rpc::WorkerCut& seen, const ShardMap::WorkerCut& cut) {
+  if (seen.incarnation() != cut.incarnation) {
+    return seen.incarnation() > cut.incarnation;
+  }
+  return seen.clock() >= cut.clock;
+}
+
+// Splits rows handed over by one server by the server each bucket goes to.
+std::map<uint32_t, rpc::MovedRows> ByDestination(const rpc::MovedRows& rows,
+                                                 const ShardMap& map) {
+  std::map<uint32_t, rpc::MovedRows> out;
+  for (uint32_t bucket : rows.buckets()) {
+    out[map.owner(bucket)].add_buckets(bucket);
+  }
+  for (const rpc::MovedTable& table : rows.tables()) {
+    const size_t n = table.keys().size() / sizeof(uint64_t);
+    if (n == 0) continue;
+    const size_t dim = table.weights().size() / sizeof(float) / n;
+    const size_t width = table.state().size() / sizeof(float) / n;
+    std::vector<uint64_t> key_scratch;
+    std::vector<float> weight_scratch, state_scratch;
+    auto keys = ViewAs<uint64_t>(table.keys(), key_scratch);
+    auto weights = ViewAs<float>(table.weights(), weight_scratch);
+    auto state = ViewAs<float>(table.state(), state_scratch);
+    struct Part {
+      std::vector<uint64_t> keys;
+      std::vector<float> weights, state;
+      std::vector<uint64_t> updates;
+    };
+    std::map<uint32_t, Part> parts;
+    for (size_t i = 0; i < n; ++i) {
+      Part& part = parts[map.ServerOf(keys[i])];
+      part.keys.push_back(keys[i]);
+      part.weights.insert(part.weights.end(), weights.begin() + i * dim,
+                          weights.begin() + (i + 1) * dim);
+      part.state.insert(part.state.end(), state.begin() + i * width,
+                        state.begin() + (i + 1) * width);
+      part.updates.push_back(table.update_counts(static_cast<int>(i)));
+    }
+    for (auto& [server, part] : parts) {
+      rpc::MovedTable* t = out[server].add_tables();
+      t->set_table(table.table());
+      AssignBytes<uint64_t>(t->mutable_keys(), part.keys);
+      AssignBytes<float>(t->mutable_weights(), part.weights);
+      AssignBytes<float>(t->mutable_state(), part.state);
+      t->mutable_update_counts()->Assign(part.updates.begin(),
+                                         part.updates.end());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+BucketMover::BucketMover(std::vector<std::string> endpoints,
+                         ConsistencyMode mode, ParameterServerStubs stubs,
+                         absl::Duration rpc_timeout,
+                         absl::Duration pass_timeout)
+    : mode_(mode), rpc_timeout_(rpc_timeout), pass_timeout_(pass_timeout) {
+  absl::MutexLock lock(&mu_);
+  for (std::string& endpoint : endpoints) {
+    auto stub = stubs(endpoint);
+    servers_.push_back({std::move(endpoint), std::move(stub)});
+  }
+}
+
+std::unique_ptr<grpc::ClientContext> BucketMover::Context() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  return context;
+}
+
+absl::Status BucketMover::ServerError(uint32_t server, const char* call,
+                                      const grpc::Status& status) const {
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      absl::StrCat("bucket move: ", call, " on server ", server, ": ",
+                   status.error_message()));
+}
+
+absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> BucketMover::Prepare(
+    bool hold) {
+  std::vector<rpc::PrepareMoveResponse> responses(servers_.size());
+  rpc::PrepareMoveRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_hold(hold);
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    auto context = Context();
+    grpc::Status status =
+        servers_[s].stub->PrepareMove(context.get(), request, &responses[s]);
+    if (!status.ok()) return ServerError(s, "PrepareMove", status);
+  }
+  return responses;
+}
+
+absl::Status BucketMover::AdoptEverywhere(const ShardMap& map) {
+  rpc::AdoptShardMapRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  map.ToProto(request.mutable_shard_map());
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    auto context = Context();
+    rpc::AdoptShardMapResponse response;
+    grpc::Status status =
+        servers_[s].stub->AdoptShardMap(context.get(), request, &response);
+    if (!status.ok()) return ServerError(s, "AdoptShardMap", status);
+    if (response.version() < map.version()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "bucket move: server ", s, " kept shard map version ",
+          response.version(), " instead of ", map.version()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MoveReport> BucketMover::Move(
+    const std::vector<std::pair<uint32_t, uint32_t>>& moves) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return absl::CancelledError("bucket move: cancelled");
+  const absl::Time began = absl::Now();
+  MoveReport report;
+
+  // 1. Holds, and what every server has seen.
+  auto prepared = Prepare(/*hold=*/true);
+  if (!prepared.ok()) return prepared.status();
+  auto current = ShardMap::FromProto((*prepared)[0].shard_map());
+  if (!current.ok()) return current.status();
+  for (const rpc::PrepareMoveResponse& r : *prepared) {
+    if (r.shard_map().version() != current->version()) {
+      // Release the holds with the map they have; nothing moves.
+      (void)AdoptEverywhere(current->WithOwners({}));
+      return absl::FailedPreconditionError(
+          "bucket move: the servers hold different shard maps");
+    }
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> real;
+  for (const auto& [bucket, server] : moves) {
+    if (bucket < current->num_buckets() && server < current->num_servers() &&
+        current->owner(bucket) == server) {
+      continue;
+    }
+    real.emplace_back(bucket, server);
+  }
+
+  // 2. The cut and the handover.
+  ShardMap::Cut cut;
+  for (const rpc::PrepareMoveResponse& r : *prepared) {
+    for (const rpc::WorkerCut& seen : r.seen()) {
+      ShardMap::WorkerCut at{.incarnation = seen.incarnation(),
+                             .clock = seen.clock() + 2};
+      auto [it, first] = cut.try_emplace(seen.worker(), at);
+      if (!first && (at.incarnation > it->second.incarnation ||
+                     (at.incarnation == it->second.incarnation &&
+                      at.clock > it->second.clock))) {
+        it->second = at;
+      }
+    }
+  }
+  if (mode_ == ConsistencyMode::kSync) {
+    uint64_t last = 0;
+    for (const auto& [worker, at] : cut) last = std::max(last, at.clock);
+    for (auto& [worker, at] : cut) at.clock = last;
+  }
+  auto handover = current->WithHandover(real, cut);
+  if (!handover.ok()) {
+    // The holds end with an unchanged map of the next version.
+    (void)AdoptEverywhere(current->WithOwners({}));
+    return handover.status();
+  }
+  if (auto s = AdoptEverywhere(*handover); !s.ok()) return s;
+  const absl::Time handed = absl::Now();
+
+  // 3. Every live worker past its cut.
+  const absl::Time give_up = handed + pass_timeout_;
+  while (true) {
+    auto seen = Prepare(/*hold=*/false);
+    if (!seen.ok()) return seen.status();
+    std::vector<uint32_t> live;
+    for (const rpc::PrepareMoveResponse& r : *seen) {
+      live.insert(live.end(), r.live_workers().begin(), r.live_workers().end());
+    }
+    std::sort(live.begin(), live.end());
+    live.erase(std::unique(live.begin(), live.end()), live.end());
+    std::vector<uint32_t> behind;
+    for (uint32_t w : live) {
+      const auto at = cut.find(w);
+      if (at == cut.end()) continue;  // never seen: past the cut at once
+      bool passed = false;
+      for (const rpc::PrepareMoveResponse& r : *seen) {
+        for (const rpc::WorkerCut& s : r.seen()) {
+          if (s.worker() == w && Passed(s, at->second)) passed = true;
+        }
+      }
+      if (!passed) behind.push_back(w);
+    }
+    if (behind.empty()) break;
+    if (cancelled_) {
+      return absl::CancelledError(absl::StrCat(
+          "bucket move: cancelled; the handover of shard map version ",
+          handover->version(), " stays open"));
+    }
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "bucket move: worker ", behind.front(), " did not pass the cut (",
+          behind.size(), " behind) in ", absl::FormatDuration(pass_timeout_),
+          "; the handover of shard map version ", handover->version(),
+          " stays open"));
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  report.wait = absl::Now() - handed;
+
+  // 4. The rows, from each old owner to each new one.
+  std::map<uint32_t, std::vector<uint32_t>> by_source;
+  std::vector<uint32_t> buckets;
+  for (const auto& [bucket, pending] : handover->pending()) {
+    if (current->pending().contains(bucket)) continue;
+    by_source[pending.from].push_back(bucket);
+    buckets.push_back(bucket);
+  }
+  for (const auto& [source, list] : by_source) {
+    rpc::HandOverRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.mutable_buckets()->Assign(list.begin(), list.end());
+    rpc::MovedRows rows;
+    auto context = Context();
+    grpc::Status status =
+        servers_[source].stub->HandOver(context.get(), request, &rows);
+    if (!status.ok()) return ServerError(source, "HandOver", status);
+    for (auto& [destination, part] : ByDestination(rows, *handover)) {
+      rpc::TakeOverRequest take;
+      take.set_protocol_version(kProtocolVersion);
+      for (const rpc::MovedTable& t : part.tables()) {
+        report.rows += t.update_counts_size();
+        report.bytes += t.keys().size() + t.weights().size() + t.state().size();
+      }
+      *take.mutable_rows() = std::move(part);
+      rpc::TakeOverResponse taken;
+      auto take_context = Context();
+      status = servers_[destination].stub->TakeOver(take_context.get(), take,
+                                                    &taken);
+      if (!status.ok()) return ServerError(destination, "TakeOver", status);
+    }
+  }
+
+  // 5. Settled.
+  const ShardMap settled = handover->Settled(buckets);
+  if (auto s = AdoptEverywhere(settled); !s.ok()) return s;
+  report.buckets = buckets.size();
+  report.map = std::make_shared<const ShardMap>(settled);
+  report.total = absl::Now() - began;
+  return report;
+}
+
+}  // namespace hetps

@@ -1,0 +1,93 @@
+// BucketMover: moves buckets between the servers of a running job, while
+// workers pull and push, losing no update and applying none twice in any
+// mode (docs/ARCHITECTURE.md, "Live bucket migration"). One move, in the
+// calls of the ParameterServer service:
+//   1. PrepareMove(hold) on every server: each reports the newest clock of
+//      every worker it has seen and holds requests two clocks past it.
+//   2. The cut: per worker, two clocks past the newest any server saw (in
+//      sync, the same clock for all, so that a round is never split); the
+//      map's next version hands each bucket over at the cut.
+//      AdoptShardMap on every server: requests before the cut go to the
+//      old owner, from it to the new owner, which holds them until the
+//      rows arrive; a request split by the older map past the cut is
+//      refused whole ("moved"), the client re-splits it.
+//   3. PrepareMove(report) until every live worker has been seen past its
+//      cut: its requests before the cut are done (a PsClient starts a
+//      clock's requests after the last clock's are answered).
+//   4. HandOver on each old owner (after its queued gradients are applied;
+//      in sync, after the rounds before the cut), TakeOver on the new.
+//   5. AdoptShardMap(settled) on every server.
+// Moves run one at a time (Move is serialized); a failure leaves the
+// handover as far as it got and says where.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "hetps.grpc.pb.h"
+#include "hetps/config.h"
+#include "shard/shard_map.h"
+
+namespace hetps {
+
+struct MoveReport {
+  size_t buckets = 0;        // buckets moved
+  uint64_t rows = 0;         // rows handed over, all tables
+  uint64_t bytes = 0;        // their weights, state and keys
+  std::shared_ptr<const ShardMap> map;  // the settled map
+  absl::Duration wait;       // from the handover until the workers passed it
+  absl::Duration total;
+};
+
+class BucketMover {
+ public:
+  // `endpoints`: the servers, by rank. Calls time out after `rpc_timeout`;
+  // the wait for the workers to pass the cut gives up after `pass_timeout`.
+  BucketMover(std::vector<std::string> endpoints, ConsistencyMode mode,
+              ParameterServerStubs stubs,
+              absl::Duration rpc_timeout = absl::Seconds(30),
+              absl::Duration pass_timeout = absl::Seconds(120));
+
+  // Moves each (bucket, server); moves to a bucket's owner are skipped.
+  // INVALID_ARGUMENT for a bucket or server out of range, FAILED_PRECONDITION
+  // for a bucket whose earlier move is unfinished, the failing call's error
+  // (naming the server) otherwise.
+  absl::StatusOr<MoveReport> Move(
+      const std::vector<std::pair<uint32_t, uint32_t>>& moves);
+
+  // Ends a Move waiting for the workers (CANCELLED; the handover stays
+  // open), and every later one: the job is shutting down.
+  void Cancel() { cancelled_ = true; }
+
+ private:
+  struct Server {
+    std::string endpoint;
+    std::unique_ptr<rpc::ParameterServer::StubInterface> stub;
+  };
+  absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> Prepare(bool hold)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AdoptEverywhere(const ShardMap& map)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ServerError(uint32_t server, const char* call,
+                           const grpc::Status& status) const;
+  std::unique_ptr<grpc::ClientContext> Context() const;
+
+  const ConsistencyMode mode_;
+  const absl::Duration rpc_timeout_;
+  const absl::Duration pass_timeout_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;  // one move at a time
+  std::vector<Server> servers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hetps
