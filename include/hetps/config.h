@@ -124,10 +124,12 @@ struct ServerProfileConfig {
 // at or below `trigger`; a plan stops at `target`, at `max_moved_mb` of
 // rows, or when no move lowers the largest load; a plan that lowers
 // max/mean by less than `min_gain` moves nothing; a bucket that moved
-// stays for `hold_periods` periods. Moving buckets
-// while training (live migration) is not built yet: the plan is advice
-// (docs/ARCHITECTURE.md, "Placement by load").
+// stays for `hold_periods` periods. With `migrate` the coordinator carries
+// each plan out by live migration (shard/bucket_mover.h) while the workers
+// train; without it the plan is advice (docs/ARCHITECTURE.md, "Placement
+// by load"). Off by default until the cluster benchmarks measure it.
 struct ShardingConfig {
+  bool migrate = false;
   double trigger = 1.10;
   double target = 1.05;
   double min_gain = 0.02;

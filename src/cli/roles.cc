@@ -78,7 +78,9 @@ std::string FormatHotKey(const nlohmann::json& key) {
 }
 
 // The Rebalancer's latest plan: "load max/mean 1.33 at 12 s; moving 37
-// buckets (0.3 MB: 1->0) would make it 1.05 (advice: ...)", or its reason
+// buckets (0.3 MB: 1->0) to make it 1.05; 37 moved so far (last: ...)"
+// (or "would make it ... (advice: ...)" without sharding.migrate), or its
+// reason
 // when it plans no moves.
 std::string FormatPlacement(const rpc::PlacementPlan& plan) {
   if (plan.moves() == 0) {
@@ -91,10 +93,15 @@ std::string FormatPlacement(const rpc::PlacementPlan& plan) {
                     f.from(), "->", f.to());
   }
   return absl::StrFormat(
-      "load max/mean %.2f at %.0f s; moving %d buckets (%.1f MB: %s) would "
-      "make it %.2f (advice: buckets do not move during training yet)",
+      "load max/mean %.2f at %.0f s; moving %d buckets (%.1f MB: %s) %s "
+      "make it %.2f%s",
       plan.max_over_mean(), plan.at_s(), plan.moves(), plan.bytes() / 1e6,
-      flows, plan.planned_max_over_mean());
+      flows, plan.migrate() ? "to" : "would", plan.planned_max_over_mean(),
+      plan.migrate()
+          ? absl::StrCat("; ", plan.moved_buckets(), " moved so far",
+                         plan.last_move().empty() ? "" : " (last: ",
+                         plan.last_move(), plan.last_move().empty() ? "" : ")")
+          : " (advice: sharding.migrate is off)");
 }
 
 // Whether the status shows a job with nothing left for the servers: every

@@ -161,6 +161,7 @@ void Fields(ServerProfileConfig& c, Visit&& visit) {
 
 template <typename Visit>
 void Fields(ShardingConfig& c, Visit&& visit) {
+  visit("migrate", c.migrate);
   visit("trigger", c.trigger);
   visit("target", c.target);
   visit("min_gain", c.min_gain);

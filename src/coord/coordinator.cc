@@ -32,8 +32,6 @@ uint32_t TrainChunks(const JobConfig& config) {
 Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample,
                          Clock& clock, ParameterServerStubs servers)
     : config_(config),
-      shard_map_(
-          ShardMap::Uniform(config.num_servers(), config.server.num_buckets)),
       clock_(clock),
       started_(clock.Now()),
       make_stub_(servers
@@ -50,7 +48,9 @@ Coordinator::Coordinator(const JobConfig& config, uint64_t bytes_per_sample,
       window_(config.semi_async,
               InitialWindow(config, ProfiledThroughputs(config))),
       planner_(config_, bytes_per_sample),
-      rebalancer_(config.sharding) {
+      rebalancer_(config.sharding),
+      shard_map_(
+          ShardMap::Uniform(config.num_servers(), config.server.num_buckets)) {
   absl::MutexLock lock(&mu_);
   // Servers are known from the endpoint list, or, at a rendezvous, only
   // this one (server 0) until the others register.
@@ -81,6 +81,8 @@ void Coordinator::Stop() {
   }
   if (watcher_.joinable()) watcher_.join();
   if (control_.joinable()) control_.join();
+  if (mover_ != nullptr) mover_->Cancel();
+  if (mover_thread_.joinable()) mover_thread_.join();
 }
 
 std::vector<uint32_t> Coordinator::LiveWorkers() const {
@@ -182,7 +184,10 @@ grpc::Status Coordinator::Register(grpc::ServerContext*,
       response->add_ps_endpoints(s.endpoint);
   }
   if (rejoined || request->role() == rpc::ROLE_SERVER) BroadcastMembership();
-  shard_map_.ToProto(response->mutable_shard_map());
+  {
+    absl::MutexLock lock(&mu_);
+    shard_map_.ToProto(response->mutable_shard_map());
+  }
   response->set_num_workers(config_.num_workers());
   response->set_mode(ConsistencyModeName(config_.mode));
   return grpc::Status::OK;
@@ -430,7 +435,13 @@ void Coordinator::ControlPeriod() {
 
 void Coordinator::PlanPlacement(
     const std::vector<std::optional<rpc::TableInfoResponse>>& infos) {
-  const uint32_t buckets = shard_map_.num_buckets();
+  ShardMap map = ShardMap::Uniform(1, 1);
+  {
+    absl::MutexLock lock(&mu_);
+    map = shard_map_;
+  }
+  if (moving_) return;  // the period straddles a move: its loads mislead
+  const uint32_t buckets = map.num_buckets();
   last_access_.resize(infos.size());
   std::vector<ServerPeriod> periods(infos.size());
   for (size_t s = 0; s < infos.size(); ++s) {
@@ -443,7 +454,7 @@ void Coordinator::PlanPlacement(
         AccessPeriod(infos[s]->access(), last_access_[s], buckets, stored);
     last_access_[s] = infos[s]->access();
   }
-  const RebalancePlan plan = rebalancer_.Plan(shard_map_, periods);
+  const RebalancePlan plan = rebalancer_.Plan(map, periods);
   rpc::PlacementPlan proto;
   proto.set_at_s(absl::ToDoubleSeconds(clock_.Now() - started_));
   proto.set_max_over_mean(plan.before);
@@ -459,13 +470,58 @@ void Coordinator::PlanPlacement(
     flow->set_to(pair.second);
     flow->set_buckets(n);
   }
-  absl::MutexLock lock(&mu_);
-  if (!plan.moves.empty() && placement_.moves() == 0) {
-    spdlog::info("placement: servers' load max/mean {:.2f}; moving {} buckets "
-                 "would make it {:.2f} ({})",
-                 plan.before, plan.moves.size(), plan.after, plan.reason);
+  proto.set_migrate(config_.sharding.migrate);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!plan.moves.empty() && (placement_.moves() == 0 || proto.migrate())) {
+      spdlog::info(
+          "placement: servers' load max/mean {:.2f}; moving {} buckets {} "
+          "make it {:.2f} ({})",
+          plan.before, plan.moves.size(), proto.migrate() ? "to" : "would",
+          plan.after, plan.reason);
+    }
+    proto.set_moved_buckets(moved_buckets_);
+    proto.set_last_move(last_move_);
+    placement_ = std::move(proto);
   }
-  placement_ = std::move(proto);
+  if (!config_.sharding.migrate || plan.moves.empty()) return;
+  std::vector<std::pair<uint32_t, uint32_t>> moves;
+  for (const BucketMove& m : plan.moves) moves.emplace_back(m.bucket, m.to);
+  if (mover_thread_.joinable()) mover_thread_.join();
+  if (mover_ == nullptr) {
+    std::vector<std::string> endpoints;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const KnownServer& s : servers_) endpoints.push_back(s.endpoint);
+    }
+    mover_ = std::make_unique<BucketMover>(std::move(endpoints), config_.mode,
+                                           make_stub_);
+  }
+  moving_ = true;
+  mover_thread_ = std::thread([this, moves = std::move(moves)] {
+    CarryOut(moves);
+    moving_ = false;
+  });
+}
+
+void Coordinator::CarryOut(std::vector<std::pair<uint32_t, uint32_t>> moves) {
+  auto report = mover_->Move(moves);
+  if (!report.ok()) {
+    spdlog::warn("placement: moving {} buckets failed: {}", moves.size(),
+                 report.status().ToString());
+    return;
+  }
+  const std::string line = absl::StrFormat(
+      "%d buckets, %d rows (%.1f MB) in %.0f ms, %.0f ms of it waiting for "
+      "the workers to pass the cut; map version %d",
+      report->buckets, report->rows, report->bytes / 1e6,
+      absl::ToDoubleMilliseconds(report->total),
+      absl::ToDoubleMilliseconds(report->wait), report->map->version());
+  spdlog::info("placement: moved {}", line);
+  absl::MutexLock lock(&mu_);
+  shard_map_ = *report->map;
+  moved_buckets_ += static_cast<uint32_t>(report->buckets);
+  last_move_ = line;
 }
 
 void Coordinator::Departed(uint32_t rank, const std::string& reason) {

@@ -34,6 +34,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +55,7 @@
 #include "coord/window_controller.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
+#include "shard/bucket_mover.h"
 #include "shard/rebalancer.h"
 #include "shard/shard_map.h"
 
@@ -162,7 +164,6 @@ class Coordinator final : public rpc::Coordinator::Service {
 
   // Constant after construction.
   const JobConfig config_;
-  const ShardMap shard_map_;
   Clock& clock_;
   const absl::Time started_;
   const ParameterServerStubs make_stub_;
@@ -187,6 +188,18 @@ class Coordinator final : public rpc::Coordinator::Service {
   Rebalancer rebalancer_;
   std::vector<rpc::AccessStats> last_access_;
   rpc::PlacementPlan placement_ ABSL_GUARDED_BY(mu_);
+  // The shard map in force: the first, then each move's settled map.
+  ShardMap shard_map_ ABSL_GUARDED_BY(mu_);
+  // sharding.migrate: the plans carried out, one move at a time, on
+  // `mover_thread_` (while `moving_`); the buckets moved so far and the
+  // latest move in words.
+  std::unique_ptr<BucketMover> mover_;  // control thread only
+  std::thread mover_thread_;            // control thread only
+  std::atomic<bool> moving_{false};
+  uint32_t moved_buckets_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_move_ ABSL_GUARDED_BY(mu_);
+  void CarryOut(std::vector<std::pair<uint32_t, uint32_t>> moves)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Mutex broadcast_mu_;  // serialises broadcasts: epochs arrive in order
   std::thread watcher_;

@@ -534,8 +534,8 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
 TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
   // Server 1 emulates a machine at a quarter of this one's speed: equal
   // rows, four times the service time. The coordinator's Rebalancer plans
-  // to move buckets off it, and status shows the plan (advice: buckets do
-  // not move yet).
+  // to move buckets off it, and status shows the plan (advice: without
+  // sharding.migrate buckets do not move).
   TempDir dir;
   const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
   const std::string config = dir.Write(
@@ -583,6 +583,57 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
   if (text.exit_code == 0) {  // the job may have ended meanwhile
     EXPECT_THAT(text.output, HasSubstr("placement: load max/mean"));
   }
+}
+
+TEST(HeteroClusterTest, MigrationMovesBucketsOffAQuarterSpeedServer) {
+  // As above with sharding.migrate: the coordinator carries the plan out
+  // while the job trains, and the next periods' load is even.
+  TempDir dir;
+  const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
+  const std::string config = dir.Write(
+      "job.yaml", MixedJob("semi_async", 8) +
+                      "server_profiles: [{ranks: [1], speed: 0.25}]\n"
+                      "sharding: {migrate: true}\n");
+  std::atomic<bool> over{false};
+  testing::CommandResult launched;
+  std::thread launcher([&] {
+    launched = RunCommand(
+        {testing::HetpsBinary(), "launch", config, "--run-dir",
+         dir.path() + "/run", "--set",
+         absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
+         "--set", "train.epochs=12", "--set", "semi_async.adapt_every_s=0.5"},
+        std::chrono::seconds(180));
+    over = true;
+  });
+  double before = 0;
+  const nlohmann::json moved =
+      StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
+        if (!j.contains("placement")) return false;
+        before = std::max(before, j["placement"].value("max_over_mean", 0.0));
+        return j["placement"].value("moved_buckets", 0u) > 0;
+      });
+  // Two periods after the move: the plan measured on the new placement.
+  const double moved_at =
+      moved.empty() ? 0 : moved["placement"].value("at_s", 0.0);
+  const nlohmann::json after =
+      StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
+        return j.contains("placement") &&
+               j["placement"].value("at_s", 0.0) >= moved_at + 1.0;
+      });
+  launcher.join();
+  ASSERT_EQ(launched.exit_code, 0) << launched.output;
+  ASSERT_FALSE(moved.empty()) << "no bucket moved during the job";
+  const nlohmann::json& placement = moved["placement"];
+  EXPECT_TRUE(placement.value("migrate", false)) << placement;
+  EXPECT_GT(before, 1.3) << placement;
+  EXPECT_THAT(placement.value("last_move", std::string()),
+              HasSubstr("buckets"));
+  ASSERT_FALSE(after.empty()) << "the job ended right after the move";
+  EXPECT_LT(after["placement"]["max_over_mean"].get<double>(), before)
+      << after["placement"];
+  std::ifstream server0(dir.path() + "/run/server-0.log");
+  const std::string log((std::istreambuf_iterator<char>(server0)), {});
+  EXPECT_THAT(log, HasSubstr("placement: moved"));
 }
 
 }  // namespace
