@@ -408,7 +408,15 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateSharding(const ShardingConfig& c) {
+absl::Status ValidateSharding(const JobConfig& config) {
+  const ShardingConfig& c = config.sharding;
+  if (c.migrate && !config.checkpoint.dir.empty()) {
+    // A save while a move's rows are between servers, or a restore after
+    // moves (which starts from the first map), would not be exact yet.
+    return Invalid(
+        "sharding.migrate: not with checkpoint.dir yet (a checkpoint taken "
+        "during a bucket move would lose the moving rows); turn one off");
+  }
   if (!(c.trigger >= 1 && std::isfinite(c.trigger))) {
     return Invalid("sharding.trigger: must be >= 1, got ", c.trigger);
   }
@@ -464,7 +472,7 @@ absl::Status ValidateJobConfig(JobConfig& config) {
   CONFIG_RETURN_IF_ERROR(ValidateAuth(config.auth));
   CONFIG_RETURN_IF_ERROR(ValidateMetrics(config.metrics, config.num_servers()));
   CONFIG_RETURN_IF_ERROR(ValidateHeterogeneity(config));
-  CONFIG_RETURN_IF_ERROR(ValidateSharding(config.sharding));
+  CONFIG_RETURN_IF_ERROR(ValidateSharding(config));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_failures",
                                       config.cluster.max_worker_failures, 0));
   CONFIG_RETURN_IF_ERROR(CheckAtLeast("cluster.max_worker_restarts",

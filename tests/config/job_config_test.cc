@@ -306,6 +306,10 @@ TEST(JobConfigTest, ValidationChecksServerProfilesAndSharding) {
                                            "trigger (1.2)], got 1.3")));
   EXPECT_THAT(ValidateYaml("sharding: {max_moved_mb: 0}\n"),
               StatusIs(kInvalid, HasSubstr("sharding.max_moved_mb")));
+  EXPECT_THAT(
+      ValidateYaml("sharding: {migrate: true}\ncheckpoint: {dir: /tmp/x}\n"),
+      StatusIs(kInvalid, HasSubstr("sharding.migrate: not with checkpoint")));
+  EXPECT_TRUE(ValidateYaml("sharding: {migrate: true}\n").ok());
 }
 
 TEST(JobConfigTest, ValidationChecksOptimizersAndInitializers) {
