@@ -50,14 +50,7 @@ struct Options {
   std::string out;
 };
 
-struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    state += 0x9e3779b97f4a7c15ULL;
-    return Mix64(state);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-};
+using Rng = SplitMix64;
 
 // The key of id `id`; ids below `rotated` take a second name (the hot set
 // after a rotation).
@@ -140,7 +133,7 @@ nlohmann::json Cell(const Options& o, uint32_t servers, uint32_t batch,
   std::vector<double> cost(servers, 1.0);
   if (slow) cost[0] = 1 / o.slow_speed;
   const ZipfTable zipf(o.rows, s);
-  Rng rng{o.seed};
+  Rng rng(o.seed);
   // Every row stored with adagrad's state: key, weights, accumulator.
   const uint64_t stored = o.rows * (8 + 4 * 2 * o.dim);
   const ShardMap hash = ShardMap::Uniform(servers, o.buckets);

@@ -12,6 +12,22 @@
 
 namespace hetps {
 
+// splitmix64: 64 random bits a call from one 64-bit state, and a double in
+// [0, 1) from the top 53 of them — the random source ZipfTable::Sample
+// takes, cheap enough for a stream per sample (model/criteo_gen).
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return Mix64(state_);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+ private:
+  uint64_t state_;
+};
+
 class ZipfTable {
  public:
   // n >= 1 (at most 2^32), s >= 0 (0: uniform).

@@ -485,8 +485,6 @@ void Coordinator::PlanPlacement(
     placement_ = std::move(proto);
   }
   if (!config_.sharding.migrate || plan.moves.empty()) return;
-  std::vector<std::pair<uint32_t, uint32_t>> moves;
-  for (const BucketMove& m : plan.moves) moves.emplace_back(m.bucket, m.to);
   if (mover_thread_.joinable()) mover_thread_.join();
   if (mover_ == nullptr) {
     std::vector<std::string> endpoints;
@@ -498,29 +496,55 @@ void Coordinator::PlanPlacement(
                                            make_stub_);
   }
   moving_ = true;
-  mover_thread_ = std::thread([this, moves = std::move(moves)] {
+  mover_thread_ = std::thread([this, moves = plan.moves] {
     CarryOut(moves);
     moving_ = false;
   });
 }
 
-void Coordinator::CarryOut(std::vector<std::pair<uint32_t, uint32_t>> moves) {
-  auto report = mover_->Move(moves);
-  if (!report.ok()) {
-    spdlog::warn("placement: moving {} buckets failed: {}", moves.size(),
-                 report.status().ToString());
-    return;
+void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
+  // In steps of about kMoveStepBytes: a bucket's requests wait at its new
+  // owner while its step's rows travel, so smaller steps wait less.
+  const absl::Time began = absl::Now();
+  MoveReport total;
+  size_t steps = 0;
+  absl::Duration longest;
+  for (size_t i = 0; i < moves.size();) {
+    std::vector<std::pair<uint32_t, uint32_t>> step;
+    uint64_t bytes = 0;
+    while (i < moves.size() && (step.empty() || bytes < kMoveStepBytes)) {
+      step.emplace_back(moves[i].bucket, moves[i].to);
+      bytes += moves[i].bytes;
+      ++i;
+    }
+    auto report = mover_->Move(step);
+    if (!report.ok()) {
+      spdlog::warn("placement: moving {} buckets failed: {}", step.size(),
+                   report.status().ToString());
+      break;
+    }
+    ++steps;
+    total.buckets += report->buckets;
+    total.rows += report->rows;
+    total.bytes += report->bytes;
+    total.wait += report->wait;
+    total.map = report->map;
+    longest = std::max(longest, report->total);
+    absl::MutexLock lock(&mu_);
+    shard_map_ = *report->map;
+    moved_buckets_ += static_cast<uint32_t>(report->buckets);
   }
+  if (steps == 0) return;
   const std::string line = absl::StrFormat(
-      "%d buckets, %d rows (%.1f MB) in %.0f ms, %.0f ms of it waiting for "
-      "the workers to pass the cut; map version %d",
-      report->buckets, report->rows, report->bytes / 1e6,
-      absl::ToDoubleMilliseconds(report->total),
-      absl::ToDoubleMilliseconds(report->wait), report->map->version());
+      "%d buckets, %d rows (%.1f MB) in %.0f ms (%d steps, the longest %.0f "
+      "ms; %.0f ms in all waiting for the workers to pass the cuts); map "
+      "version %d",
+      total.buckets, total.rows, total.bytes / 1e6,
+      absl::ToDoubleMilliseconds(absl::Now() - began), steps,
+      absl::ToDoubleMilliseconds(longest),
+      absl::ToDoubleMilliseconds(total.wait), total.map->version());
   spdlog::info("placement: moved {}", line);
   absl::MutexLock lock(&mu_);
-  shard_map_ = *report->map;
-  moved_buckets_ += static_cast<uint32_t>(report->buckets);
   last_move_ = line;
 }
 

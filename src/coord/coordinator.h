@@ -198,8 +198,8 @@ class Coordinator final : public rpc::Coordinator::Service {
   std::atomic<bool> moving_{false};
   uint32_t moved_buckets_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_move_ ABSL_GUARDED_BY(mu_);
-  void CarryOut(std::vector<std::pair<uint32_t, uint32_t>> moves)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void CarryOut(const std::vector<BucketMove>& moves) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr uint64_t kMoveStepBytes = 512 << 10;
 
   absl::Mutex broadcast_mu_;  // serialises broadcasts: epochs arrive in order
   std::thread watcher_;

@@ -40,20 +40,9 @@ double Unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
 // Mean 0, variance 1 (uniform on [-sqrt 3, sqrt 3]).
 double Centered(uint64_t h) { return (Unit(h) * 2 - 1) * 1.7320508075688772; }
 
-// splitmix64: each sample gets its own stream, so any sample can be
-// regenerated from (seed, index) alone.
-class SampleRng {
- public:
-  explicit SampleRng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return Mix64(state_);
-  }
-  double Uniform() { return Unit(Next()); }
-
- private:
-  uint64_t state_;
-};
+// Each sample gets its own stream, so any sample can be regenerated from
+// (seed, index) alone.
+using SampleRng = SplitMix64;
 
 // murmur3's 32-bit finaliser: a bijection, so distinct ids of a column get
 // distinct hex strings.

@@ -121,9 +121,9 @@ grpc::Status PsServer::PrepareMove(grpc::ServerContext*,
   for (uint32_t w = 0; w < seen_.size(); ++w) {
     const uint64_t seen = seen_[w].load();
     if (request->hold()) {
-      // Two clocks past the newest seen (the cut will be there or later);
-      // a worker never seen here waits from its first request.
-      (*hold_from_)[w] = seen == 0 ? 1 : seen + 2;
+      // Past the newest seen (the cut will be there or later); a worker
+      // never seen here waits from its first request.
+      (*hold_from_)[w] = seen == 0 ? 1 : seen + 1;
     }
     if (seen == 0) continue;
     const ShardMap::WorkerCut at = Unpack(seen);

@@ -160,7 +160,7 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   for (const rpc::PrepareMoveResponse& r : *prepared) {
     for (const rpc::WorkerCut& seen : r.seen()) {
       ShardMap::WorkerCut at{.incarnation = seen.incarnation(),
-                             .clock = seen.clock() + 2};
+                             .clock = seen.clock() + 1};
       auto [it, first] = cut.try_emplace(seen.worker(), at);
       if (!first && (at.incarnation > it->second.incarnation ||
                      (at.incarnation == it->second.incarnation &&

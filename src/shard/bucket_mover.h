@@ -3,8 +3,8 @@
 // mode (docs/ARCHITECTURE.md, "Live bucket migration"). One move, in the
 // calls of the ParameterServer service:
 //   1. PrepareMove(hold) on every server: each reports the newest clock of
-//      every worker it has seen and holds requests two clocks past it.
-//   2. The cut: per worker, two clocks past the newest any server saw (in
+//      every worker it has seen and holds its requests past it.
+//   2. The cut: per worker, one clock past the newest any server saw (in
 //      sync, the same clock for all, so that a round is never split); the
 //      map's next version hands each bucket over at the cut.
 //      AdoptShardMap on every server: requests before the cut go to the

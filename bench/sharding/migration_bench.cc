@@ -1,0 +1,269 @@
+// Live bucket migration on a real cluster: `hetps server` processes on
+// 127.0.0.1 (server 1 emulated at `--slow-speed` of this machine's speed),
+// worker threads (one PsClient each) in this process pulling and pushing
+// Zipf-distributed keys of a 2^20-row table in async mode, as fast as they
+// can. Each case runs twice: static hash placement (sharding.migrate off)
+// and dynamic (the coordinator's Rebalancer plans carried out by live
+// migration every control period).
+//
+//   migration_bench [--servers 2] [--zipf 0,1.1] [--speeds 0.5,1]
+//                   [--workers 4] [--keys 1024] [--dim 32]
+//                   [--seconds 20] [--out results.json]
+//
+// Per run: steps/s of all workers in the last third of the run (after the
+// moves of the first periods), pull latency p50/p99 there, and p99 of the
+// pulls that overlapped a move (from server 0's "placement: moved" lines:
+// each says how long the move took), with the moves' count, rows and bytes.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/process_group.h"
+#include "cli/roles.h"
+#include "common/hash.h"
+#include "common/malloc_tuning.h"
+#include "common/ports.h"
+#include "common/zipf.h"
+#include "hetps/ps_client.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kRows = uint64_t{1} << 20;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1,
+                    static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+struct Pull {
+  double start_s;  // since the run began
+  double ms;
+};
+
+struct Move {
+  double end_s;
+  double ms;
+};
+
+struct Case {
+  int servers;
+  int workers;
+  double zipf;
+  double slow_speed;
+  bool migrate;
+};
+
+// One run; the JSON row, or an error message.
+nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
+                   double seconds) {
+  auto ports = hetps::PickFreePorts("127.0.0.1", c.servers);
+  if (!ports.ok()) return {{"error", ports.status().ToString()}};
+  std::vector<std::string> endpoints;
+  for (int port : *ports) endpoints.push_back(absl::StrCat("127.0.0.1:", port));
+  std::string yaml = absl::StrCat(
+      "name: migration-bench\nmode: async\nlog_level: info\n"
+      "train: {model: none}\n"
+      "cluster: {workers: ",
+      c.workers, ", ps_endpoints: [", absl::StrJoin(endpoints, ", "),
+      "]}\n"
+      // The bench's workers do not register: nobody is dropped as silent.
+      "server: {heartbeat_timeout_s: 3600}\n"
+      "semi_async: {adapt_every_s: 1}\n"
+      "sharding: {migrate: ",
+      c.migrate ? "true" : "false",
+      "}\n"
+      "tables:\n  - {name: emb, kind: sparse, dim: ",
+      dim, ", optimizer: {type: sgd, learning_rate: 0.01}}\n");
+  if (c.slow_speed < 1) {
+    absl::StrAppend(&yaml, "server_profiles: [{ranks: [1], speed: ",
+                    c.slow_speed, "}]\n");
+  }
+  const std::string config_path =
+      absl::StrCat("/tmp/hetps-migration-bench-", getpid(), ".yaml");
+  std::ofstream(config_path) << yaml;
+
+  const Clock::time_point began = Clock::now();
+  std::mutex moves_mu;
+  std::vector<Move> moves;
+  uint64_t moved_rows = 0, moved_bytes = 0, moved_buckets = 0;
+  const std::regex moved_line(
+      R"(placement: moved (\d+) buckets, (\d+) rows \(([0-9.]+) MB\) in ([0-9.]+) ms)");
+  std::atomic<int> listening{0};
+  hetps::ProcessGroup group([&](const std::string&, const std::string& line) {
+    if (line.rfind(hetps::kListeningPrefix, 0) == 0) ++listening;
+    std::smatch m;
+    if (std::regex_search(line, m, moved_line)) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::lock_guard lock(moves_mu);
+      moves.push_back({Seconds(began, Clock::now()), std::stod(m[4])});
+      moved_buckets += std::stoull(m[1]);
+      moved_rows += std::stoull(m[2]);
+      moved_bytes += static_cast<uint64_t>(std::stod(m[3]) * 1e6);
+    }
+  });
+  for (int s = 0; s < c.servers; ++s) {
+    auto pid = group.Spawn(absl::StrCat("server ", s),
+                           {HETPS_BINARY, "server", "--config", config_path,
+                            "--rank", std::to_string(s)});
+    if (!pid.ok()) return {{"error", pid.status().ToString()}};
+  }
+  while (listening < c.servers) {
+    if (auto exit = group.WaitAny(absl::Milliseconds(20))) {
+      return {{"error", exit->label + " exited early"}};
+    }
+  }
+
+  const hetps::ZipfTable zipf(kRows, c.zipf);
+  std::vector<std::vector<Pull>> pulls(c.workers);
+  std::vector<std::vector<double>> step_ends(c.workers);
+  std::atomic<bool> failed{false};
+  const Clock::time_point start = Clock::now();
+  const double offset = Seconds(began, start);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < c.workers; ++w) {
+    threads.emplace_back([&, w] {
+      hetps::PsClientOptions options;
+      options.endpoints = endpoints;
+      options.worker_id = static_cast<uint32_t>(w);
+      auto client = hetps::PsClient::Connect(options);
+      if (!client.ok()) {
+        std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
+        failed = true;
+        return;
+      }
+      hetps::SplitMix64 rng(1234 + w);
+      std::vector<uint64_t> keys(keys_per_step);
+      std::vector<float> rows(keys_per_step * dim);
+      std::vector<float> grads(keys_per_step * dim, 0.001f);
+      while (!failed && Seconds(start, Clock::now()) < seconds) {
+        for (uint64_t& k : keys) k = hetps::Mix64(zipf.Sample(rng));
+        const Clock::time_point t0 = Clock::now();
+        auto s = (*client)->PullSparse("emb", keys, rows);
+        const Clock::time_point t1 = Clock::now();
+        const hetps::TableGrad grad[] = {{"emb", keys, grads}};
+        if (s.ok()) s = (*client)->Push(grad, 1);
+        if (!s.ok()) {
+          std::fprintf(stderr, "worker %d: %s\n", w, s.ToString().c_str());
+          failed = true;
+          return;
+        }
+        pulls[w].push_back({offset + Seconds(start, t0),
+                            std::chrono::duration<double, std::milli>(t1 - t0)
+                                .count()});
+        step_ends[w].push_back(Seconds(start, Clock::now()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  group.StopAll(absl::Seconds(5));
+  std::remove(config_path.c_str());
+  if (failed) return {{"error", "a worker failed"}};
+
+  // The last third: steady state after the first periods' moves.
+  const double from = seconds * 2 / 3;
+  uint64_t steps = 0;
+  for (const auto& ends : step_ends) {
+    steps += std::count_if(ends.begin(), ends.end(),
+                           [&](double t) { return t >= from; });
+  }
+  std::vector<double> steady, during;
+  std::lock_guard lock(moves_mu);
+  for (const auto& list : pulls) {
+    for (const Pull& p : list) {
+      bool overlaps = false;
+      for (const Move& m : moves) {
+        if (p.start_s <= m.end_s && p.start_s + p.ms / 1e3 >= m.end_s - m.ms / 1e3) {
+          overlaps = true;
+        }
+      }
+      if (overlaps) {
+        during.push_back(p.ms);
+      } else if (p.start_s - offset >= from) {
+        steady.push_back(p.ms);
+      }
+    }
+  }
+  return {{"servers", c.servers},
+          {"workers", c.workers},
+          {"zipf", c.zipf},
+          {"slow_server_speed", c.slow_speed},
+          {"placement", c.migrate ? "dynamic" : "static hash"},
+          {"steps_per_s", steps / (seconds - from)},
+          {"pull_p50_ms", Percentile(steady, 0.5)},
+          {"pull_p99_ms", Percentile(steady, 0.99)},
+          {"pulls_during_moves", during.size()},
+          {"pull_p99_during_moves_ms", Percentile(during, 0.99)},
+          {"moves", moves.size()},
+          {"moved_buckets", moved_buckets},
+          {"moved_rows", moved_rows},
+          {"moved_bytes", moved_bytes}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  hetps::TuneMalloc();
+  CLI::App app{"hetps live migration benchmark"};
+  std::string servers_list = "2";
+  std::string zipf_list = "0,1.1";
+  std::string speeds_list = "0.5,1";
+  int workers = 4;
+  uint64_t keys = 1024;
+  uint64_t dim = 32;
+  double seconds = 20;
+  std::string out_path;
+  app.add_option("--servers", servers_list, "server counts");
+  app.add_option("--zipf", zipf_list, "Zipf exponents of the keys (0: uniform)");
+  app.add_option("--speeds", speeds_list, "speeds of server 1 (1: as fast)");
+  app.add_option("--workers", workers, "worker threads");
+  app.add_option("--keys", keys, "keys per pull and push");
+  app.add_option("--dim", dim, "row width");
+  app.add_option("--seconds", seconds, "length of each run");
+  app.add_option("--out", out_path, "also write the JSON here");
+  CLI11_PARSE(app, argc, argv);
+
+  nlohmann::json results = nlohmann::json::array();
+  for (auto servers : absl::StrSplit(servers_list, ',')) {
+    for (auto zipf : absl::StrSplit(zipf_list, ',')) {
+      for (auto speed : absl::StrSplit(speeds_list, ',')) {
+        for (bool migrate : {false, true}) {
+          const Case c{std::stoi(std::string(servers)), workers,
+                       std::stod(std::string(zipf)),
+                       std::stod(std::string(speed)), migrate};
+          nlohmann::json row = Run(c, keys, dim, seconds);
+          std::fprintf(stderr, "%s\n", row.dump().c_str());
+          if (row.contains("error")) return 1;
+          results.push_back(std::move(row));
+        }
+      }
+    }
+  }
+  nlohmann::json doc = {{"bench", "migration"},
+                        {"rows", kRows},
+                        {"keys_per_step", keys},
+                        {"dim", dim},
+                        {"seconds", seconds},
+                        {"results", results}};
+  std::printf("%s\n", doc.dump(2).c_str());
+  if (!out_path.empty()) std::ofstream(out_path) << doc.dump(2) << "\n";
+  return 0;
+}
