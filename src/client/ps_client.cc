@@ -148,17 +148,10 @@ struct PsClient::Impl {
   // than `known`; the hot-row cache forgets its rows then (their versions
   // are the old owners' applies).
   absl::Status RefreshMap(uint64_t known) {
-    std::vector<rpc::TableInfoResponse> infos(servers.size());
-    rpc::TableInfoRequest request;
-    request.set_protocol_version(kProtocolVersion);
-    absl::Status status = CallAll(
-        AllServers(), [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-          servers[s].stub->async()->GetTableInfo(ctx, &request, &infos[s],
-                                                 std::move(done));
-        });
-    if (!status.ok()) return status;
+    auto infos = AllTableInfos();
+    if (!infos.ok()) return infos.status();
     std::optional<ShardMap> newest;
-    for (const rpc::TableInfoResponse& info : infos) {
+    for (const rpc::TableInfoResponse& info : *infos) {
       auto map = ShardMap::FromProto(info.shard_map());
       if (!map.ok()) return map.status();
       if (!newest || map->version() > newest->version()) newest = *map;
@@ -355,7 +348,8 @@ struct PsClient::Impl {
     return it->second;
   }
 
-  absl::Status Handshake() {
+  // Every server's GetTableInfo (all tables, and its shard map).
+  absl::StatusOr<std::vector<rpc::TableInfoResponse>> AllTableInfos() {
     std::vector<rpc::TableInfoResponse> infos(servers.size());
     rpc::TableInfoRequest request;
     request.set_protocol_version(kProtocolVersion);
@@ -365,8 +359,14 @@ struct PsClient::Impl {
                                                  std::move(done));
         });
     if (!status.ok()) return status;
+    return infos;
+  }
+
+  absl::Status Handshake() {
+    auto infos = AllTableInfos();
+    if (!infos.ok()) return infos.status();
     for (uint32_t s = 0; s < servers.size(); ++s) {
-      const rpc::TableInfoResponse& info = infos[s];
+      const rpc::TableInfoResponse& info = (*infos)[s];
       if (info.server_rank() != s) {
         return absl::FailedPreconditionError(absl::StrCat(
             "endpoint ", servers[s].endpoint, " is server rank ",

@@ -405,6 +405,27 @@ TEST(PsServerShardingTest, KeyOfAnotherServerIsRefused) {
   EXPECT_EQ((*server)->sparse_table("emb")->size(), 0u);
 }
 
+// A push of worker 0 at `clock`, split by map version `split`: 1.0 in
+// every column of `keys` of table emb (dim 4).
+grpc::Status PushOnes(PsServer& server, uint64_t clock, uint64_t split,
+                      const std::vector<uint64_t>& keys) {
+  rpc::PushRequest req;
+  req.set_protocol_version(kProtocolVersion);
+  req.set_batch_size(1);
+  req.set_worker_id(0);
+  req.set_clock(clock);
+  req.set_map_version(split);
+  rpc::TableGradient* g = req.add_gradients();
+  g->set_table("emb");
+  g->set_dim(4);
+  AssignBytes<uint64_t>(g->mutable_keys(), keys);
+  AssignBytes<float>(g->mutable_values(),
+                     std::vector<float>(4 * keys.size(), 1.0f));
+  rpc::PushResponse resp;
+  grpc::ServerContext ctx;
+  return server.Push(&ctx, &req, &resp);
+}
+
 TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   JobConfig config = TwoTableJob();
   config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
@@ -427,22 +448,8 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   EXPECT_FALSE((*server)->AdoptMap(v1)) << "an older map";
   EXPECT_EQ((*server)->shard_map().version(), 2u);
   auto push = [&](uint64_t clock, uint64_t split,
-                  std::vector<uint64_t> keys) {
-    rpc::PushRequest req;
-    req.set_protocol_version(kProtocolVersion);
-    req.set_batch_size(1);
-    req.set_worker_id(0);
-    req.set_clock(clock);
-    req.set_map_version(split);
-    rpc::TableGradient* g = req.add_gradients();
-    g->set_table("emb");
-    g->set_dim(4);
-    AssignBytes<uint64_t>(g->mutable_keys(), keys);
-    AssignBytes<float>(g->mutable_values(),
-                       std::vector<float>(4 * keys.size(), 1.0f));
-    rpc::PushResponse resp;
-    grpc::ServerContext ctx;
-    return (*server)->Push(&ctx, &req, &resp);
+                  const std::vector<uint64_t>& keys) {
+    return PushOnes(**server, clock, split, keys);
   };
   // Below the handover clock the bucket is still this server's, whatever
   // the split.
@@ -495,20 +502,7 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
   while (v1.ServerOf(moving) != 1) ++moving;
   const uint32_t bucket = v1.BucketOf(moving);
   auto push = [&](PsServer& server, uint64_t clock, uint64_t split) {
-    rpc::PushRequest req;
-    req.set_protocol_version(kProtocolVersion);
-    req.set_batch_size(1);
-    req.set_worker_id(0);
-    req.set_clock(clock);
-    req.set_map_version(split);
-    rpc::TableGradient* g = req.add_gradients();
-    g->set_table("emb");
-    g->set_dim(4);
-    AssignBytes<uint64_t>(g->mutable_keys(), std::vector<uint64_t>{moving});
-    AssignBytes<float>(g->mutable_values(), std::vector<float>(4, 1.0f));
-    rpc::PushResponse resp;
-    grpc::ServerContext ctx;
-    return server.Push(&ctx, &req, &resp);
+    return PushOnes(server, clock, split, {moving});
   };
   // Two pushes before the cut at the old owner.
   ASSERT_TRUE(push(**old_owner, 0, 1).ok());
