@@ -110,6 +110,9 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   std::atomic<int> listening{0};
   hetps::ProcessGroup group([&](const std::string&, const std::string& line) {
     if (line.rfind(hetps::kListeningPrefix, 0) == 0) ++listening;
+    if (line.find("handed over") != std::string::npos) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
     std::smatch m;
     if (std::regex_search(line, m, moved_line)) {
       std::fprintf(stderr, "%s\n", line.c_str());

@@ -508,7 +508,7 @@ void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
   const absl::Time began = absl::Now();
   MoveReport total;
   size_t steps = 0;
-  absl::Duration longest;
+  absl::Duration longest, longest_held;
   for (size_t i = 0; i < moves.size();) {
     std::vector<std::pair<uint32_t, uint32_t>> step;
     uint64_t bytes = 0;
@@ -528,6 +528,8 @@ void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
     total.rows += report->rows;
     total.bytes += report->bytes;
     total.wait += report->wait;
+    total.transfer += report->transfer;
+    longest_held = std::max(longest_held, report->held);
     total.map = report->map;
     longest = std::max(longest, report->total);
     absl::MutexLock lock(&mu_);
@@ -537,12 +539,15 @@ void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
   if (steps == 0) return;
   const std::string line = absl::StrFormat(
       "%d buckets, %d rows (%.1f MB) in %.0f ms (%d steps, the longest %.0f "
-      "ms; %.0f ms in all waiting for the workers to pass the cuts); map "
-      "version %d",
+      "ms; in all %.0f ms waiting for the workers to pass the cuts and %.0f "
+      "ms handing rows over; requests waited at most %.0f ms); map version "
+      "%d",
       total.buckets, total.rows, total.bytes / 1e6,
       absl::ToDoubleMilliseconds(absl::Now() - began), steps,
       absl::ToDoubleMilliseconds(longest),
-      absl::ToDoubleMilliseconds(total.wait), total.map->version());
+      absl::ToDoubleMilliseconds(total.wait),
+      absl::ToDoubleMilliseconds(total.transfer),
+      absl::ToDoubleMilliseconds(longest_held), total.map->version());
   spdlog::info("placement: moved {}", line);
   absl::MutexLock lock(&mu_);
   last_move_ = line;

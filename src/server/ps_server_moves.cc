@@ -181,6 +181,8 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
   rpc::MovedRows rows;
   for (uint32_t bucket : request.buckets()) rows.add_buckets(bucket);
   const uint32_t num_buckets = map.num_buckets();
+  const absl::Time began = absl::Now();
+  uint64_t extracted = 0;
   aggregator_->RunAfterApplyingQueued([&](uint64_t) {
     for (const auto& [name, table] : sparse_) {
       rpc::MovedTable* moved = rows.add_tables();
@@ -202,8 +204,14 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
       AssignBytes<uint64_t>(moved->mutable_keys(), keys);
       AssignBytes<float>(moved->mutable_weights(), weights);
       AssignBytes<float>(moved->mutable_state(), state);
+      extracted += keys.size();
     }
   });
+  spdlog::info("server {}: handed over {} buckets, {} rows ({:.1f} MB) in "
+               "{:.1f} ms",
+               rank_, request.buckets_size(), extracted,
+               rows.ByteSizeLong() / 1e6,
+               absl::ToDoubleMilliseconds(absl::Now() - began));
   return rows;
 }
 

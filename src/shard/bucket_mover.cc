@@ -256,6 +256,9 @@ absl::StatusOr<MoveReport> BucketMover::Move(
     }
   }
 
+  report.transfer = absl::Now() - handed - report.wait;
+  report.held = absl::Now() - handed;
+
   // 5. Settled.
   const ShardMap settled = handover->Settled(buckets);
   if (auto s = AdoptEverywhere(settled); !s.ok()) return s;

@@ -46,6 +46,10 @@ struct MoveReport {
   uint64_t bytes = 0;        // their weights, state and keys
   std::shared_ptr<const ShardMap> map;  // the settled map
   absl::Duration wait;       // from the handover until the workers passed it
+  absl::Duration transfer;   // then HandOver and TakeOver
+  // From the handover until the rows were installed: the longest a request
+  // past the cut waited at a new owner (wait + transfer).
+  absl::Duration held;
   absl::Duration total;
 };
 
