@@ -118,9 +118,11 @@ absl::Status PsServer::CheckKeys(const std::string& table,
         " (server.max_keys_per_request); split the request"));
   }
   std::shared_ptr<const ShardMap> map;
+  std::shared_ptr<const absl::flat_hash_set<uint32_t>> handed;
   {
     absl::MutexLock lock(&map_mu_);
     map = map_;
+    handed = handed_;
   }
   // 0: a request that does not say, split by the first map.
   split_version = std::max<uint64_t>(split_version, 1);
@@ -142,6 +144,16 @@ absl::Status PsServer::CheckKeys(const std::string& table,
           owner, "'s in shard map version ", map->version(),
           " (the request was split by version ", split_version,
           "); refresh the shard map and split again"));
+    }
+    if (owner == rank_ && handed != nullptr &&
+        handed->contains(map->BucketOf(key))) {
+      // Before the cut, but the rows have left: only a request that broke
+      // PsClient's order (a clock's requests after the next clock's) gets
+      // here; once the move settles its new owner serves it.
+      return absl::AbortedError(absl::StrCat(
+          kMovedPrefix, "table '", table, "': key ", key,
+          " was handed over to server ", map->owner(map->BucketOf(key)),
+          "; refresh the shard map and split again"));
     }
     if (owner != rank_) {
       return absl::FailedPreconditionError(

@@ -175,6 +175,10 @@ class PsServer final : public rpc::ParameterServer::Service {
   const uint32_t map_num_buckets_;  // fixed for the job
   mutable absl::Mutex map_mu_;
   std::shared_ptr<const ShardMap> map_ ABSL_GUARDED_BY(map_mu_);
+  // Buckets this server handed over whose move has not settled (null:
+  // none): their rows are gone from here.
+  std::shared_ptr<const absl::flat_hash_set<uint32_t>> handed_
+      ABSL_GUARDED_BY(map_mu_);
 
   const std::unique_ptr<Aggregator> aggregator_;
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;

@@ -97,6 +97,18 @@ bool PsServer::AdoptMap(ShardMap map) {
   moving_ = !incoming_.empty();
   {
     absl::MutexLock map_lock(&map_mu_);
+    if (handed_ != nullptr) {
+      absl::flat_hash_set<uint32_t> still;
+      for (uint32_t bucket : *handed_) {
+        const auto it = map.pending().find(bucket);
+        if (it != map.pending().end() && it->second.from == rank_) {
+          still.insert(bucket);
+        }
+      }
+      handed_ = still.empty() ? nullptr
+                              : std::make_shared<const absl::flat_hash_set<
+                                    uint32_t>>(std::move(still));
+    }
     map_ = std::make_shared<const ShardMap>(std::move(map));
   }
   move_changed_.SignalAll();
@@ -181,6 +193,14 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
   rpc::MovedRows rows;
   for (uint32_t bucket : request.buckets()) rows.add_buckets(bucket);
   const uint32_t num_buckets = map.num_buckets();
+  {
+    absl::MutexLock map_lock(&map_mu_);
+    auto handed = handed_ != nullptr
+                      ? std::make_shared<absl::flat_hash_set<uint32_t>>(*handed_)
+                      : std::make_shared<absl::flat_hash_set<uint32_t>>();
+    handed->insert(buckets.begin(), buckets.end());
+    handed_ = std::move(handed);
+  }
   const absl::Time began = absl::Now();
   uint64_t extracted = 0;
   aggregator_->RunAfterApplyingQueued([&](uint64_t) {

@@ -533,6 +533,10 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
   grpc::ServerContext ctx;
   ASSERT_TRUE((*old_owner)->HandOver(&ctx, &hand, &rows).ok());
   EXPECT_EQ((*old_owner)->sparse_table("emb")->size(), 0u);
+  // A late request before the cut finds the rows gone: refused as moved,
+  // not served from a fresh row.
+  EXPECT_EQ(push(**old_owner, 1, 2).error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ((*old_owner)->sparse_table("emb")->size(), 0u);
   // Only the pending bucket's, and only from its old owner.
   rpc::HandOverRequest wrong = hand;
   wrong.set_buckets(0, bucket + 1);
