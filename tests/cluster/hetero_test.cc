@@ -586,8 +586,8 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
 }
 
 TEST(HeteroClusterTest, MigrationMovesBucketsOffAQuarterSpeedServer) {
-  // As above with sharding.migrate: the coordinator carries the plan out
-  // while the job trains, and the next periods' load is even.
+  // As above with sharding.migrate: the coordinator carries the plans out
+  // while the job trains, and the rows served move to server 0.
   TempDir dir;
   const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
   const std::string config = dir.Write(
@@ -612,14 +612,6 @@ TEST(HeteroClusterTest, MigrationMovesBucketsOffAQuarterSpeedServer) {
         before = std::max(before, j["placement"].value("max_over_mean", 0.0));
         return j["placement"].value("moved_buckets", 0u) > 0;
       });
-  // Two periods after the move: the plan measured on the new placement.
-  const double moved_at =
-      moved.empty() ? 0 : moved["placement"].value("at_s", 0.0);
-  const nlohmann::json after =
-      StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
-        return j.contains("placement") &&
-               j["placement"].value("at_s", 0.0) >= moved_at + 1.0;
-      });
   launcher.join();
   ASSERT_EQ(launched.exit_code, 0) << launched.output;
   ASSERT_FALSE(moved.empty()) << "no bucket moved during the job";
@@ -628,9 +620,16 @@ TEST(HeteroClusterTest, MigrationMovesBucketsOffAQuarterSpeedServer) {
   EXPECT_GT(before, 1.3) << placement;
   EXPECT_THAT(placement.value("last_move", std::string()),
               HasSubstr("buckets"));
-  ASSERT_FALSE(after.empty()) << "the job ended right after the move";
-  EXPECT_LT(after["placement"]["max_over_mean"].get<double>(), before)
-      << after["placement"];
+  // Over the run, server 0 served most rows (hashing alone gives it about
+  // half; by hand 0.95 with the moves), and the job trained as usual.
+  std::ifstream summary_file(dir.path() + "/run/summary.json");
+  const nlohmann::json summary =
+      nlohmann::json::parse(summary_file, nullptr, false);
+  ASSERT_TRUE(summary.is_object());
+  ASSERT_EQ(summary["server_load"].size(), 2u) << summary["server_load"];
+  EXPECT_GT(summary["server_load"][0]["share"].get<double>(), 0.7)
+      << summary["server_load"];
+  EXPECT_GT(summary["test_auc"].get<double>(), 0.7) << summary["test_auc"];
   std::ifstream server0(dir.path() + "/run/server-0.log");
   const std::string log((std::istreambuf_iterator<char>(server0)), {});
   EXPECT_THAT(log, HasSubstr("placement: moved"));
