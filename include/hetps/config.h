@@ -127,7 +127,10 @@ struct ServerProfileConfig {
 // stays for `hold_periods` periods. With `migrate` the coordinator carries
 // each plan out by live migration (shard/bucket_mover.h) while the workers
 // train; without it the plan is advice (docs/ARCHITECTURE.md, "Placement
-// by load"). Off by default until the cluster benchmarks measure it.
+// by load"). Off by default: measured in docs/BENCHMARKS.md §12 (1.2x
+// where a slow server limits the job; requests of a moving bucket wait
+// 10-20 ms); refused with checkpoint.dir until saves during a move are
+// exact.
 struct ShardingConfig {
   bool migrate = false;
   double trigger = 1.10;
