@@ -522,7 +522,24 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
     held = push(**new_owner, 2, 2);
     pushed = true;
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  // Once the new owner has seen the push (its clock in PrepareMove's
+  // report), the push is at or before the gate: it must not be through.
+  auto seen_at_cut = [&] {
+    rpc::PrepareMoveRequest report;
+    report.set_protocol_version(kProtocolVersion);
+    rpc::PrepareMoveResponse seen;
+    grpc::ServerContext report_ctx;
+    EXPECT_TRUE((*new_owner)->PrepareMove(&report_ctx, &report, &seen).ok());
+    for (const rpc::WorkerCut& w : seen.seen()) {
+      if (w.worker() == 0 && w.clock() == 2) return true;
+    }
+    return false;
+  };
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!seen_at_cut() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(seen_at_cut()) << "the push never reached the new owner";
   EXPECT_FALSE(pushed.load()) << "applied before the rows arrived";
   EXPECT_EQ((*new_owner)->sparse_table("emb")->size(), 0u);
 
