@@ -435,12 +435,10 @@ void Coordinator::ControlPeriod() {
 
 void Coordinator::PlanPlacement(
     const std::vector<std::optional<rpc::TableInfoResponse>>& infos) {
-  ShardMap map = ShardMap::Uniform(1, 1);
-  {
+  const ShardMap map = [&] {
     absl::MutexLock lock(&mu_);
-    map = shard_map_;
-  }
-  if (moving_) return;  // the period straddles a move: its loads mislead
+    return shard_map_;
+  }();
   const uint32_t buckets = map.num_buckets();
   last_access_.resize(infos.size());
   std::vector<ServerPeriod> periods(infos.size());
@@ -454,6 +452,9 @@ void Coordinator::PlanPlacement(
         AccessPeriod(infos[s]->access(), last_access_[s], buckets, stored);
     last_access_[s] = infos[s]->access();
   }
+  // A period a move ran in is used up but not planned from: its loads
+  // straddle two placements.
+  if (moving_) return;
   const RebalancePlan plan = rebalancer_.Plan(map, periods);
   rpc::PlacementPlan proto;
   proto.set_at_s(absl::ToDoubleSeconds(clock_.Now() - started_));
@@ -488,10 +489,7 @@ void Coordinator::PlanPlacement(
   if (mover_thread_.joinable()) mover_thread_.join();
   if (mover_ == nullptr) {
     std::vector<std::string> endpoints;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const KnownServer& s : servers_) endpoints.push_back(s.endpoint);
-    }
+    for (const KnownServer& s : Servers()) endpoints.push_back(s.endpoint);
     mover_ = std::make_unique<BucketMover>(std::move(endpoints), config_.mode,
                                            make_stub_);
   }
