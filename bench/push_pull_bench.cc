@@ -26,9 +26,11 @@
 #include "cli/process_group.h"
 #include "cli/roles.h"
 #include "common/malloc_tuning.h"
+#include "common/median.h"
 #include "common/ports.h"
 #include "hetps/ps_client.h"
 #include "nlohmann/json.hpp"
+#include "server_processes.h"
 
 namespace {
 
@@ -38,11 +40,6 @@ struct Timing {
   std::vector<double> push_ms, pull_ms;
 };
 
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
 
 }  // namespace
 
@@ -99,20 +96,11 @@ int main(int argc, char** argv) {
     hetps::ProcessGroup group([&](const std::string&, const std::string& line) {
       if (line.rfind(hetps::kListeningPrefix, 0) == 0) ++listening;
     });
-    for (int s = 0; s < servers; ++s) {
-      auto pid = group.Spawn(absl::StrCat("server ", s),
-                             {HETPS_BINARY, "server", "--config", config_path,
-                              "--rank", std::to_string(s)});
-      if (!pid.ok()) {
-        std::fprintf(stderr, "%s\n", pid.status().ToString().c_str());
-        return 1;
-      }
-    }
-    while (listening < servers) {
-      if (auto exit = group.WaitAny(absl::Milliseconds(20))) {
-        std::fprintf(stderr, "%s exited early\n", exit->label.c_str());
-        return 1;
-      }
+    if (auto s = hetps::bench::StartServers(group, HETPS_BINARY, config_path,
+                                            servers, listening);
+        !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
     }
 
     std::vector<std::unique_ptr<hetps::PsClient>> clients;
@@ -175,7 +163,7 @@ int main(int argc, char** argv) {
             const auto& v = std::string(op) == "push" ? t.push_ms : t.pull_ms;
             all.insert(all.end(), v.begin(), v.end());
           }
-          const double median = Percentile(all, 0.5);
+          const double median = hetps::Percentile(all, 0.5);
           nlohmann::json row = {
               {"servers", servers},
               {"workers", workers},
@@ -183,7 +171,7 @@ int main(int argc, char** argv) {
               {"dim", dim},
               {"op", op},
               {"median_ms", median},
-              {"p90_ms", Percentile(all, 0.9)},
+              {"p90_ms", hetps::Percentile(all, 0.9)},
               {"keys_per_s", workers * n / (median / 1000.0)}};
           std::fprintf(stderr,
                        "%dx%d keys=%-8llu dim=%-3llu %s median %.3f ms\n",

@@ -33,10 +33,12 @@
 #include "cli/roles.h"
 #include "common/hash.h"
 #include "common/malloc_tuning.h"
+#include "common/median.h"
 #include "common/ports.h"
 #include "common/zipf.h"
 #include "hetps/ps_client.h"
 #include "nlohmann/json.hpp"
+#include "server_processes.h"
 
 namespace {
 
@@ -47,12 +49,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
 
 struct Pull {
   double start_s;  // since the run began
@@ -123,16 +119,10 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       moved_bytes += static_cast<uint64_t>(std::stod(m[3]) * 1e6);
     }
   });
-  for (int s = 0; s < c.servers; ++s) {
-    auto pid = group.Spawn(absl::StrCat("server ", s),
-                           {HETPS_BINARY, "server", "--config", config_path,
-                            "--rank", std::to_string(s)});
-    if (!pid.ok()) return {{"error", pid.status().ToString()}};
-  }
-  while (listening < c.servers) {
-    if (auto exit = group.WaitAny(absl::Milliseconds(20))) {
-      return {{"error", exit->label + " exited early"}};
-    }
+  if (auto s = hetps::bench::StartServers(group, HETPS_BINARY, config_path,
+                                          c.servers, listening);
+      !s.ok()) {
+    return {{"error", s.ToString()}};
   }
 
   const hetps::ZipfTable zipf(kRows, c.zipf);
@@ -211,10 +201,10 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           {"slow_server_speed", c.slow_speed},
           {"placement", c.migrate ? "dynamic" : "static hash"},
           {"steps_per_s", steps / (seconds - from)},
-          {"pull_p50_ms", Percentile(steady, 0.5)},
-          {"pull_p99_ms", Percentile(steady, 0.99)},
+          {"pull_p50_ms", hetps::Percentile(steady, 0.5)},
+          {"pull_p99_ms", hetps::Percentile(steady, 0.99)},
           {"pulls_during_moves", during.size()},
-          {"pull_p99_during_moves_ms", Percentile(during, 0.99)},
+          {"pull_p99_during_moves_ms", hetps::Percentile(during, 0.99)},
           {"moves", moves.size()},
           {"moved_buckets", moved_buckets},
           {"moved_rows", moved_rows},
