@@ -531,6 +531,25 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
   EXPECT_THAT(launched.output, HasSubstr("[status] "));
 }
 
+// `hetps launch` of `config` on the two servers at `endpoints` for
+// `epochs`, with a control period of 0.5 s, on a thread of its own:
+// `launched` holds its result and `over` turns true when it ends.
+std::thread LaunchTwoServerJob(const TempDir& dir, const std::string& config,
+                               const std::vector<std::string>& endpoints,
+                               int epochs, testing::CommandResult& launched,
+                               std::atomic<bool>& over) {
+  return std::thread([&dir, config, endpoints, epochs, &launched, &over] {
+    launched = RunCommand(
+        {testing::HetpsBinary(), "launch", config, "--run-dir",
+         dir.path() + "/run", "--set",
+         absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
+         "--set", absl::StrCat("train.epochs=", epochs), "--set",
+         "semi_async.adapt_every_s=0.5"},
+        std::chrono::seconds(180));
+    over = true;
+  });
+}
+
 TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
   // Server 1 emulates a machine at a quarter of this one's speed: equal
   // rows, four times the service time. The coordinator's Rebalancer plans
@@ -543,15 +562,8 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
                       "server_profiles: [{ranks: [1], speed: 0.25}]\n");
   std::atomic<bool> over{false};
   testing::CommandResult launched;
-  std::thread launcher([&] {
-    launched = RunCommand(
-        {testing::HetpsBinary(), "launch", config, "--run-dir",
-         dir.path() + "/run", "--set",
-         absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
-         "--set", "train.epochs=8", "--set", "semi_async.adapt_every_s=0.5"},
-        std::chrono::seconds(180));
-    over = true;
-  });
+  std::thread launcher = LaunchTwoServerJob(dir, config, endpoints, 8,
+                                            launched, over);
   // Until a status shows a plan with moves (or the job ends without one).
   const nlohmann::json status =
       StatusWhen(endpoints[0], over, [](const nlohmann::json& j) {
@@ -596,15 +608,8 @@ TEST(HeteroClusterTest, MigrationMovesBucketsOffAQuarterSpeedServer) {
                       "sharding: {migrate: true}\n");
   std::atomic<bool> over{false};
   testing::CommandResult launched;
-  std::thread launcher([&] {
-    launched = RunCommand(
-        {testing::HetpsBinary(), "launch", config, "--run-dir",
-         dir.path() + "/run", "--set",
-         absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
-         "--set", "train.epochs=12", "--set", "semi_async.adapt_every_s=0.5"},
-        std::chrono::seconds(180));
-    over = true;
-  });
+  std::thread launcher = LaunchTwoServerJob(dir, config, endpoints, 12,
+                                            launched, over);
   double before = 0;
   const nlohmann::json moved =
       StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
