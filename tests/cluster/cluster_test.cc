@@ -264,6 +264,9 @@ int MoveBucketsWhileTraining(const std::string& mode, int rounds,
       }
       it->second = to;
       ++moves;
+      // The pace of the forced moves (issue 14: every 10-50 ms), not a wait
+      // for anything: what the test checks is only read after the workers
+      // exit, and it asserts the moves happened (EXPECT_GE below).
       std::this_thread::sleep_for(
           std::chrono::milliseconds(10 + random() % 41));
     }
