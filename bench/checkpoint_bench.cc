@@ -1,22 +1,29 @@
 // Checkpoint cost of one server, in process: a sparse table of --rows rows
 // of --dim floats (adagrad: as many floats of state again) plus a dense
-// table, saved (Checkpointer::Save: pushes and pulls of the server wait
-// meanwhile), verified, restored into a fresh server and exported.
+// table, saved (Checkpointer::Save) while a client pushes 64 rows at a time
+// through the server's Push, verified, restored into a fresh server and
+// exported. The pause is how long the save held the server's applies
+// (Checkpointer::last_pause); the client's longest push during the save is
+// what a worker feels of it.
 //
 //   checkpoint_bench [--rows 1000000] [--dim 16] [--reps 3] [--dir /tmp/x]
 //                    [--out results.json]
 //
 // The JSON reports the median seconds of each step, the checkpoint's bytes
-// and MB/s. The files go to --dir (default: a fresh directory under /tmp);
+// and MB/s, the median pause and longest push during a save (ms). The files go to --dir (default: a fresh directory under /tmp);
 // the page cache is warm, fsync included.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/bytes.h"
+#include "hetps/version.h"
 #include "nlohmann/json.hpp"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
@@ -101,12 +108,46 @@ int main(int argc, char** argv) {
   }
 
   hetps::Checkpointer checkpointer(config, 0, server->get());
-  std::vector<double> save_s, verify_s, restore_s, export_s;
+  std::vector<double> save_s, verify_s, restore_s, export_s, pause_ms,
+      push_ms;
   std::string path;
+  uint64_t clock = 0;
   for (int r = 0; r < reps; ++r) {
+    // A client pushing 64 of the rows at a time while the save runs.
+    std::atomic<bool> saving{true};
+    double longest_push = 0;
+    std::thread pusher([&] {
+      std::vector<uint64_t> some(64);
+      while (saving) {
+        for (uint64_t i = 0; i < some.size(); ++i) {
+          some[i] = ((clock * 64 + i) % rows) * 0x9E3779B97F4A7C15ull;
+        }
+        hetps::rpc::PushRequest request;
+        request.set_protocol_version(hetps::kProtocolVersion);
+        request.set_batch_size(1);
+        request.set_worker_id(0);
+        request.set_clock(clock++);
+        request.set_map_version(1);
+        hetps::rpc::TableGradient* g = request.add_gradients();
+        g->set_table("emb");
+        g->set_dim(dim);
+        hetps::AssignBytes<uint64_t>(g->mutable_keys(), some);
+        hetps::AssignBytes<float>(g->mutable_values(),
+                                  std::vector<float>(64 * dim, 0.01f));
+        hetps::rpc::PushResponse response;
+        grpc::ServerContext context;
+        const auto begin = Clock::now();
+        (*server)->Push(&context, &request, &response);
+        longest_push = std::max(longest_push, SecondsSince(begin) * 1e3);
+      }
+    });
     auto start = Clock::now();
     auto saved = checkpointer.Save();
     save_s.push_back(SecondsSince(start));
+    saving = false;
+    pusher.join();
+    push_ms.push_back(longest_push);
+    pause_ms.push_back(absl::ToDoubleMilliseconds(checkpointer.last_pause()));
     if (!saved.ok()) {
       std::fprintf(stderr, "%s\n", saved.status().ToString().c_str());
       return 1;
@@ -147,6 +188,8 @@ int main(int argc, char** argv) {
       {"checkpoint_bytes", bytes},
       {"reps", reps},
       {"save_s", Median(save_s)},
+      {"pause_ms", Median(pause_ms)},
+      {"longest_push_during_save_ms", Median(push_ms)},
       {"save_mb_per_s", mb / Median(save_s)},
       {"verify_s", Median(verify_s)},
       {"restore_s", Median(restore_s)},

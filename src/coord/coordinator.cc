@@ -625,6 +625,23 @@ grpc::Status Coordinator::GetStatus(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status Coordinator::GetShardMap(grpc::ServerContext*,
+                                      const rpc::ShardMapRequest* request,
+                                      rpc::ShardMapProto* response) {
+  if (auto s = CheckProtocolVersion(request->protocol_version(), "shard map");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::MutexLock lock(&mu_);
+  shard_map_.ToProto(response);
+  return grpc::Status::OK;
+}
+
+void Coordinator::RestoreShardMap(const ShardMap& map) {
+  absl::MutexLock lock(&mu_);
+  shard_map_ = map;
+}
+
 rpc::ServerStatus ServerStatusOf(const rpc::TableInfoResponse& info,
                                  const std::string& endpoint) {
   rpc::ServerStatus status;

@@ -93,6 +93,9 @@ class Coordinator final : public rpc::Coordinator::Service {
   // The data progress a checkpoint keeps (ChunkQueue::Save).
   rpc::JobProgress SaveProgress() const;
   void RestoreProgress(const rpc::JobProgress& progress);
+  // The shard map of a resumed job (ResumedShardMap): where its checkpoints
+  // left the buckets.
+  void RestoreShardMap(const ShardMap& map);
   // What GetStatus answers: the job's window and data, every worker's
   // latest progress and every server's tables, queue and latencies (asked
   // from the servers now; without `ask_servers`, the job's part only).
@@ -113,6 +116,9 @@ class Coordinator final : public rpc::Coordinator::Service {
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const rpc::StatusRequest* request,
                          rpc::StatusResponse* response) override;
+  grpc::Status GetShardMap(grpc::ServerContext* context,
+                           const rpc::ShardMapRequest* request,
+                           rpc::ShardMapProto* response) override;
   grpc::Status NextChunk(grpc::ServerContext* context,
                          const rpc::ChunkRequest* request,
                          rpc::ChunkResponse* response) override;

@@ -12,16 +12,26 @@
 #include "shard/access_stats.h"
 
 namespace hetps {
+namespace {
+
+// The job's coordinator, through `stubs` (unset: gRPC with the job's
+// message limit and credentials).
+std::unique_ptr<rpc::Coordinator::StubInterface> CoordinatorStub(
+    const JobConfig& config, const CoordinatorStubs& stubs) {
+  return (stubs ? stubs
+                : GrpcCoordinatorStubs(config.server.max_message_bytes,
+                                       config.credentials))(
+      config.coordinator_address());
+}
+
+}  // namespace
 
 CoordinatorClient::CoordinatorClient(const JobConfig& config, uint32_t rank,
                                      Clock& clock, CoordinatorStubs stubs)
     : config_(config),
       rank_(rank),
       clock_(clock),
-      stub_((stubs ? stubs
-                   : GrpcCoordinatorStubs(config.server.max_message_bytes,
-                                          config.credentials))(
-          config.coordinator_address())) {}
+      stub_(CoordinatorStub(config, stubs)) {}
 
 CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
 
@@ -96,10 +106,7 @@ absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register() {
 absl::Status RegisterServerAtRendezvous(const JobConfig& config, uint32_t rank,
                                         const std::string& endpoint,
                                         CoordinatorStubs stubs, Clock& clock) {
-  auto stub = (stubs ? stubs
-                     : GrpcCoordinatorStubs(config.server.max_message_bytes,
-                                            config.credentials))(
-      config.coordinator_address());
+  auto stub = CoordinatorStub(config, stubs);
   rpc::RegisterRequest request =
       RegisterRequestOf(config, rpc::ROLE_SERVER, rank);
   request.set_endpoint(endpoint);
@@ -112,12 +119,31 @@ absl::Status RegisterServerAtRendezvous(const JobConfig& config, uint32_t rank,
   return FromGrpcStatus(st);
 }
 
+absl::StatusOr<ShardMap> FetchShardMap(const JobConfig& config,
+                                       CoordinatorStubs stubs, Clock& clock) {
+  auto stub = CoordinatorStub(config, stubs);
+  rpc::ShardMapRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  rpc::ShardMapProto response;
+  grpc::Status st = CallUntilAvailable(config, clock, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(RpcDeadline(clock, config.client.rpc_timeout_s));
+    // Server 0 may still be starting: wait for it to listen.
+    ctx.set_wait_for_ready(true);
+    return stub->GetShardMap(&ctx, request, &response);
+  });
+  if (!st.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                        absl::StrCat("shard map from the coordinator at ",
+                                     config.coordinator_address(), ": ",
+                                     st.error_message()));
+  }
+  return ShardMap::FromProto(response);
+}
+
 absl::StatusOr<std::vector<std::string>> ServersAtRendezvous(
     const JobConfig& config, CoordinatorStubs stubs, Clock& clock) {
-  auto stub = (stubs ? stubs
-                     : GrpcCoordinatorStubs(config.server.max_message_bytes,
-                                            config.credentials))(
-      config.coordinator_address());
+  auto stub = CoordinatorStub(config, stubs);
   rpc::RendezvousRequest request;
   request.set_protocol_version(kProtocolVersion);
   rpc::RendezvousResponse response;

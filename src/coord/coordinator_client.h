@@ -19,6 +19,7 @@
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 #include "nlohmann/json.hpp"
+#include "shard/shard_map.h"
 
 namespace hetps {
 
@@ -86,6 +87,12 @@ absl::Status RegisterServerAtRendezvous(const JobConfig& config, uint32_t rank,
 absl::StatusOr<std::vector<std::string>> ServersAtRendezvous(
     const JobConfig& config, CoordinatorStubs stubs = {},
     Clock& clock = Clock::Real());
+
+// The job's shard map now (Coordinator.GetShardMap), retried while the
+// coordinator is unavailable (client.connect_deadline_s).
+absl::StatusOr<ShardMap> FetchShardMap(const JobConfig& config,
+                                       CoordinatorStubs stubs = {},
+                                       Clock& clock = Clock::Real());
 
 // Reads the status of a running job from its coordinator, connecting with
 // the job's `credentials`.

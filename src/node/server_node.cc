@@ -44,13 +44,26 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
     }
     node->checkpointer_ = std::make_unique<Checkpointer>(
         config, rank, node->ps_.get(), std::move(progress));
-    if (absl::Status s = node->checkpointer_->Restore(); !s.ok()) {
+    // Server 0 (the coordinator) finds where the checkpoints left the
+    // buckets; the others take the map from it: the running job's, when
+    // one restarts.
+    std::function<absl::StatusOr<ShardMap>()> job_map;
+    if (rank != 0) job_map = [&config] { return FetchShardMap(config); };
+    if (absl::Status s = node->checkpointer_->Restore(job_map); !s.ok()) {
       return absl::Status(
           s.code(),
           absl::StrCat("server ", rank, ": cannot resume: ", s.message()));
     }
+    if (node->coordinator_ && config.checkpoint.resume) {
+      node->coordinator_->RestoreShardMap(node->ps_->shard_map());
+    }
     node->ps_->SetSaveHandler(
         [c = node->checkpointer_.get()] { return c->Save(); });
+    node->ps_->SetMovedInRecorder(
+        [c = node->checkpointer_.get()](const rpc::MovedRows& rows,
+                                        uint64_t map_version) {
+          return c->RecordMovedIn(rows, map_version);
+        });
   }
   node->server_ = builder.BuildAndStart();
   if (node->server_ == nullptr || node->port_ == 0) {

@@ -231,6 +231,24 @@ absl::Status CheckManifestTypes(const nlohmann::json& m,
   if (!m.contains("tables") || !m["tables"].is_array()) {
     return bad("'tables' is not a list");
   }
+  if (!is_count(m, "map_version", false)) {
+    return bad("'map_version' is not a non-negative integer");
+  }
+  if (m.contains("buckets") &&
+      (!m["buckets"].is_array() ||
+       !std::all_of(m["buckets"].begin(), m["buckets"].end(),
+                    [](const Json& b) { return b.is_number_unsigned(); }))) {
+    return bad("'buckets' is not a list of bucket numbers");
+  }
+  if (m.contains("shard_map")) {
+    const Json& map = m["shard_map"];
+    if (!map.is_object() || !is_count(map, "version", true) ||
+        !map.contains("owners") || !map["owners"].is_array() ||
+        !std::all_of(map["owners"].begin(), map["owners"].end(),
+                     [](const Json& o) { return o.is_number_unsigned(); })) {
+      return bad("'shard_map' lacks a version or a list of owners");
+    }
+  }
   for (const Json& t : m["tables"]) {
     if (!t.is_object() || !is_text(t, "name", true) ||
         !is_text(t, "kind", true) || !is_text(t, "optimizer", true) ||
@@ -249,7 +267,9 @@ absl::Status CheckManifestTypes(const nlohmann::json& m,
   return absl::OkStatus();
 }
 
-absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
+namespace checkpoint_internal {
+
+absl::StatusOr<VerifiedCheckpoint> ReadManifest(const std::string& path) {
   const std::string manifest_path = (fs::path(path) / kManifestName).string();
   auto text = ReadFile(manifest_path);
   if (!text.ok()) {
@@ -270,7 +290,15 @@ absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
     return s;
   }
   ckpt.seq = ckpt.manifest["seq"].get<uint64_t>();
-  for (const auto& entry : ckpt.manifest["files"]) {
+  return ckpt;
+}
+
+}  // namespace checkpoint_internal
+
+absl::StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
+  auto ckpt = ReadManifest(path);
+  if (!ckpt.ok()) return ckpt.status();
+  for (const auto& entry : ckpt->manifest["files"]) {
     const std::string file =
         (fs::path(path) / entry.value("name", "")).string();
     auto bytes = ReadFile(file);
@@ -431,23 +459,43 @@ absl::StatusOr<std::string> CheckpointWriter::Commit(nlohmann::json manifest) {
 
 absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
                                            const std::string& out_dir) {
-  // Every server's newest verified checkpoint.
+  // Every server's newest verified checkpoint and the move records after it.
+  std::vector<DurableRows> durable;
   std::vector<VerifiedCheckpoint> ckpts;
   int num_servers = -1;
   for (uint32_t rank = 0;; ++rank) {
     const std::string dir = ServerCheckpointDir(root, rank);
     if (!fs::is_directory(dir)) break;
     std::vector<std::string> refused;
-    auto ckpt = NewestCheckpoint(dir, &refused);
+    auto rows = ReadDurableRows(dir, /*verify_files=*/true, &refused);
     for (const std::string& r : refused) spdlog::warn("refused: {}", r);
-    if (!ckpt.ok()) return ckpt.status();
-    num_servers = ckpt->manifest.value("num_servers", -1);
-    ckpts.push_back(*std::move(ckpt));
+    if (!rows.ok()) return rows.status();
+    if (!rows->checkpoint) {
+      return absl::NotFoundError(absl::StrCat(dir, ": no checkpoint yet"));
+    }
+    num_servers = rows->checkpoint->manifest.value("num_servers", -1);
+    ckpts.push_back(*rows->checkpoint);
+    durable.push_back(*std::move(rows));
   }
   if (ckpts.empty() || num_servers != static_cast<int>(ckpts.size())) {
     return absl::NotFoundError(absl::StrCat(
         root, ": expected server-0 .. server-", std::max(num_servers, 1) - 1,
         " checkpoint directories, found ", ckpts.size()));
+  }
+  // Where the buckets are (checkpoints saved before shard maps were
+  // recorded: each server's rows are its own).
+  uint32_t num_buckets = 0;
+  for (const auto& c : ckpts) {
+    if (c.manifest.contains("shard_map")) {
+      num_buckets =
+          static_cast<uint32_t>(c.manifest["shard_map"]["owners"].size());
+    }
+  }
+  std::optional<ShardMap> map;
+  if (num_buckets > 0) {
+    auto resumed = ResumedShardMap(root, num_servers, num_buckets);
+    if (!resumed.ok()) return resumed.status();
+    map = *std::move(resumed);
   }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -465,12 +513,12 @@ absl::StatusOr<nlohmann::json> ExportModel(const std::string& root,
     nlohmann::json entry = {{"name", name}, {"kind", kind}, {"dim", dim}};
     if (kind == "sparse") {
       std::vector<std::pair<uint64_t, std::vector<float>>> rows;
-      for (const auto& c : ckpts) {
-        auto bytes = ReadCheckpointFile(c, file);
-        if (!bytes.ok()) return bytes.status();
-        uint64_t state_width;
-        absl::Status read = ReadSparseFile(
-            *bytes, absl::StrCat(c.path, "/", file), dim, &state_width,
+      for (uint32_t s = 0; s < durable.size(); ++s) {
+        std::optional<uint64_t> state_width;
+        absl::Status read = ForEachDurableRow(
+            durable[s], name, file, dim, std::max(num_buckets, 1u),
+            [&](uint32_t bucket) { return !map || map->owner(bucket) == s; },
+            &state_width,
             [&](uint64_t key, uint64_t, std::span<const float> w,
                 std::span<const float>) {
               rows.emplace_back(key, std::vector<float>(w.begin(), w.end()));

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +29,8 @@
 #include "hetps.pb.h"
 #include "hetps/config.h"
 #include "nlohmann/json.hpp"
+#include "shard/shard_map.h"
+#include "table/sparse_table.h"
 
 namespace hetps {
 
@@ -67,6 +71,56 @@ absl::StatusOr<VerifiedCheckpoint> NewestCheckpoint(
 // manifest (the file may have changed since).
 absl::StatusOr<std::string> ReadCheckpointFile(const VerifiedCheckpoint& ckpt,
                                                const std::string& name);
+
+// Bucket moves (docs/CHECKPOINTS.md, "Bucket moves"). A server's checkpoint
+// holds the buckets its shard map gives it (its manifest's "shard_map"; a
+// save waits out the moves involving the server), and every TakeOver writes
+// the rows moved to the server down as a move record under
+// `server_dir`/moved-in/ (a checkpoint of those buckets: "map_version",
+// "buckets", rows.pb) before installing them. A bucket's newest rows are
+// then in the checkpoint or record of the highest map version that holds it.
+
+// `server_dir`/moved-in.
+std::string MoveRecordDir(const std::string& server_dir);
+
+// What of one server survives it: its newest checkpoint (none: nothing
+// saved yet) and the move records newer than that checkpoint's map, by
+// map version.
+struct DurableRows {
+  std::optional<VerifiedCheckpoint> checkpoint;
+  std::vector<VerifiedCheckpoint> moved_in;
+};
+
+// `server_dir`'s durable rows. `verify_files`: every checkpoint and record
+// verified whole (VerifyCheckpoint; a newer checkpoint that does not verify
+// is described in `refused` and the one before it taken); otherwise their
+// manifests only. DATA_LOSS when checkpoints exist and none verifies.
+absl::StatusOr<DurableRows> ReadDurableRows(const std::string& server_dir,
+                                            bool verify_files,
+                                            std::vector<std::string>* refused);
+
+// The shard map a resumed job starts from: each bucket owned by the server
+// whose durable rows (under `root`) hold the newest rows of it, a bucket no
+// server holds by the first map. The first map (ShardMap::Uniform) when
+// that is where every bucket is; otherwise a map newer than any saved
+// (ShardMap::Resumed). Manifests only are read.
+absl::StatusOr<ShardMap> ResumedShardMap(const std::string& root,
+                                         uint32_t num_servers,
+                                         uint32_t num_buckets);
+
+// Calls `row(key, update count, weights, state)` for each durable row of
+// sparse table `table` (`file` in a checkpoint; rows of `dim` floats) whose
+// bucket (of `num_buckets`) `keep` accepts: a bucket's rows from the newest
+// of the checkpoint and the records that hold it. `*state_width`: the
+// floats of optimizer state every row carries (unset: no file holds the
+// table's rows); rows of another width are DATA_LOSS.
+absl::Status ForEachDurableRow(
+    const DurableRows& rows, const std::string& table, const std::string& file,
+    uint64_t dim, uint32_t num_buckets,
+    const std::function<bool(uint32_t)>& keep,
+    std::optional<uint64_t>* state_width,
+    const std::function<void(uint64_t, uint64_t, std::span<const float>,
+                             std::span<const float>)>& row);
 
 // Writes one checkpoint: files are added one by one (each streamed to disk
 // and fsynced), Commit writes the manifest and renames the directory.
@@ -115,20 +169,40 @@ class Checkpointer {
                JobProgressHooks progress = {}, Clock& clock = Clock::Real());
   ~Checkpointer();
 
-  // With checkpoint.resume: loads the newest checkpoint that verifies.
-  // No checkpoint yet: starts from the initial values (logged). Checkpoints
-  // exist but none verifies, or one does not fit this job: the error.
-  absl::Status Restore();
+  // With checkpoint.resume: loads the newest checkpoint that verifies and
+  // the rows moved here after it (DurableRows), keeping those of the
+  // buckets this server owns in `job_map()` (unset: ResumedShardMap of the
+  // checkpoint root; a server joining a running job asks the coordinator),
+  // and adopts that map. No checkpoint yet: starts from the initial values
+  // (logged). Checkpoints exist but none verifies, or one does not fit this
+  // job: the error.
+  absl::Status Restore(
+      const std::function<absl::StatusOr<ShardMap>()>& job_map = {});
 
-  // Saves now, between two applies; returns the checkpoint's path.
+  // Writes the rows TakeOver moved here under shard map `map_version` down
+  // as a move record (PsServer::SetMovedInRecorder).
+  absl::Status RecordMovedIn(const rpc::MovedRows& rows, uint64_t map_version);
+
+  // Saves now; returns the checkpoint's path. Applies wait only while the
+  // tables are snapshotted (SparseTable::TakeSnapshot copies nothing; a
+  // stripe is copied when a write first touches it or the save reaches
+  // it), not while the files are written.
   absl::StatusOr<std::string> Save();
+  // How long the last save held applies.
+  absl::Duration last_pause() {
+    absl::MutexLock lock(&mu_);
+    return last_pause_;
+  }
 
   // Starts / stops the periodic saves (checkpoint.every_rounds > 0).
   void Start();
   void Stop();
 
  private:
-  absl::StatusOr<std::string> SaveLocked(uint64_t applied);
+  struct Frozen;
+  // Writes what Save froze (under mu_).
+  absl::StatusOr<std::string> Write(Frozen& frozen)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobConfig config_;
   const uint32_t rank_;
@@ -139,6 +213,9 @@ class Checkpointer {
 
   absl::Mutex mu_;  // one save at a time
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Duration last_pause_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex records_mu_;
+  uint64_t next_record_ ABSL_GUARDED_BY(records_mu_) = 1;
 
   absl::Mutex stop_mu_;
   absl::CondVar stop_cv_;

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "hetps/config.h"
 #include "nlohmann/json.hpp"
+#include "server/checkpoint.h"
 #include "table/dense_table.h"
 
 namespace hetps::checkpoint_internal {
@@ -23,6 +24,12 @@ inline constexpr char kSparseMagic[8] = {'H', 'P', 'S', 'P',
 inline constexpr char kDenseMagic[8] = {'H', 'P', 'D', 'E', 'N', 'S', 'E', '1'};
 // Rank 0's copy of the coordinator's data progress (rpc::JobProgress).
 inline constexpr const char* kProgressFile = "coordinator.pb";
+// A move record's rows (rpc::MovedRows).
+inline constexpr const char* kMovedRowsFile = "rows.pb";
+
+// The manifest of the checkpoint at `path`, its fields type-checked; the
+// files it lists are not read (VerifyCheckpoint reads them).
+absl::StatusOr<VerifiedCheckpoint> ReadManifest(const std::string& path);
 
 // Completed checkpoints (by name) in `server_dir`, newest first.
 std::vector<std::pair<uint64_t, std::string>> ListCheckpoints(

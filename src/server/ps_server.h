@@ -88,6 +88,20 @@ class PsServer final : public rpc::ParameterServer::Service {
   void SetSaveHandler(std::function<absl::StatusOr<std::string>()> save) {
     save_ = std::move(save);
   }
+  // Runs `fn` while no bucket move involves this server: after the moves to
+  // or from it have settled (and a move being prepared has its map), and
+  // holding off the next move's PrepareMove until `fn` returns. A checkpoint
+  // saved in `fn` holds exactly the buckets this server's map gives it.
+  // UNAVAILABLE when a move does not settle within kMoveSettleWait.
+  absl::Status RunWithoutMoves(const std::function<void()>& fn);
+  // Called by TakeOver with the rows moved here and the map version that
+  // moves them, before they are installed (the Checkpointer writes them
+  // down, so that a restore finds them). An error is logged; the rows are
+  // installed all the same.
+  void SetMovedInRecorder(
+      std::function<absl::Status(const rpc::MovedRows&, uint64_t)> record) {
+    record_moved_in_ = std::move(record);
+  }
   // Aggregator::RunBetweenApplies.
   void RunBetweenApplies(const std::function<void(uint64_t)>& fn) {
     aggregator_->RunBetweenApplies(fn);
@@ -184,6 +198,9 @@ class PsServer final : public rpc::ParameterServer::Service {
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
   absl::flat_hash_map<std::string, std::unique_ptr<DenseTable>> dense_;
   std::function<absl::StatusOr<std::string>()> save_;  // set before serving
+  // Set before serving.
+  std::function<absl::Status(const rpc::MovedRows&, uint64_t)>
+      record_moved_in_;
 
   LatencyHistogram pull_latency_;
   LatencyHistogram push_latency_;
@@ -205,6 +222,8 @@ class PsServer final : public rpc::ParameterServer::Service {
   // wait), and those whose rows have while the move is still pending.
   absl::flat_hash_set<uint32_t> incoming_ ABSL_GUARDED_BY(move_mu_);
   absl::flat_hash_set<uint32_t> arrived_ ABSL_GUARDED_BY(move_mu_);
+  // RunWithoutMoves is running `fn`: PrepareMove waits.
+  bool saving_ ABSL_GUARDED_BY(move_mu_) = false;
   uint64_t live_epoch_ ABSL_GUARDED_BY(move_mu_) = 0;
   std::vector<uint32_t> live_ ABSL_GUARDED_BY(move_mu_);
 

@@ -16,6 +16,9 @@ namespace {
 // The longest a request waits at a gate before it is answered UNAVAILABLE
 // (the client retries).
 constexpr absl::Duration kMoveWait = absl::Seconds(30);
+// The longest RunWithoutMoves waits for the moves involving this server to
+// settle (a move step takes milliseconds; a failed one stays open).
+constexpr absl::Duration kMoveSettleWait = absl::Seconds(60);
 
 // (incarnation, clock) as one number that grows with both, plus one so that
 // 0 means "never seen".
@@ -73,6 +76,35 @@ bool PsServer::MustWait(const ShardMap::RequestClock& at,
   return false;
 }
 
+absl::Status PsServer::RunWithoutMoves(const std::function<void()>& fn) {
+  {
+    absl::MutexLock lock(&move_mu_);
+    const absl::Time deadline = absl::Now() + kMoveSettleWait;
+    auto involved = [&] {
+      if (hold_from_.has_value()) return true;
+      absl::MutexLock map_lock(&map_mu_);
+      for (const auto& [bucket, pending] : map_->pending()) {
+        if (pending.from == rank_ || map_->owner(bucket) == rank_) return true;
+      }
+      return false;
+    };
+    while (saving_ || involved()) {
+      if (absl::Now() >= deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            "server ", rank_, ": a bucket move to or from it did not settle in ",
+            absl::FormatDuration(kMoveSettleWait)));
+      }
+      move_changed_.WaitWithTimeout(&move_mu_, absl::Milliseconds(50));
+    }
+    saving_ = true;
+  }
+  fn();
+  absl::MutexLock lock(&move_mu_);
+  saving_ = false;
+  move_changed_.SignalAll();
+  return absl::OkStatus();
+}
+
 bool PsServer::AdoptMap(ShardMap map) {
   absl::MutexLock lock(&move_mu_);
   {
@@ -124,6 +156,17 @@ grpc::Status PsServer::PrepareMove(grpc::ServerContext*,
   }
   absl::MutexLock lock(&move_mu_);
   if (request->hold()) {
+    // A checkpoint being written holds exactly this server's buckets: the
+    // move waits for it.
+    const absl::Time deadline = absl::Now() + kMoveWait;
+    while (saving_) {
+      if (absl::Now() >= deadline) {
+        return ToGrpcStatus(absl::UnavailableError(absl::StrCat(
+            "server ", rank_, ": a checkpoint is still being written after ",
+            absl::FormatDuration(kMoveWait))));
+      }
+      move_changed_.WaitWithTimeout(&move_mu_, absl::Milliseconds(50));
+    }
     // Read after the hold is set (under move_mu_, which every request
     // past its notes takes while moving_): a request not held was noted
     // before, so its clock is at most what is read here.
@@ -274,6 +317,14 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
           "moved rows of table '", moved.table(), "' are not ", n,
           " rows of dim ", table->dim(), " with state ",
           table->state_width()));
+    }
+  }
+  if (record_moved_in_) {
+    if (absl::Status s = record_moved_in_(rows, map.version()); !s.ok()) {
+      spdlog::error(
+          "server {}: the rows moved here are not written down ({}); a "
+          "restore from checkpoints loses them",
+          rank_, s.message());
     }
   }
   uint64_t installed = 0;

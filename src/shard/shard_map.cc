@@ -32,6 +32,15 @@ ShardMap ShardMap::Uniform(uint32_t num_servers, uint32_t num_buckets) {
   return ShardMap(1, num_servers, std::move(owner), {}, Changes{});
 }
 
+ShardMap ShardMap::Resumed(uint64_t version, uint32_t num_servers,
+                           std::vector<uint32_t> owner) {
+  Changes changes;
+  changes.Add(version, Cut{});
+  changes.forgotten = version - 1;
+  return ShardMap(version, num_servers, std::move(owner), {},
+                  std::move(changes));
+}
+
 absl::StatusOr<ShardMap> ShardMap::FromProto(const rpc::ShardMapProto& proto) {
   if (proto.num_servers() == 0 || proto.bucket_owner_size() == 0) {
     return absl::InvalidArgumentError("shard map: no servers or no buckets");

@@ -37,6 +37,12 @@ class ShardMap {
  public:
   // Bucket b owned by server b % num_servers; version 1. Both > 0.
   static ShardMap Uniform(uint32_t num_servers, uint32_t num_buckets);
+  // A resumed job's map (ResumedShardMap): `owner` at `version` (> 1), as
+  // one change that every request is past, so that a request split by any
+  // earlier map is refused ("moved") and split again. Owners must be in
+  // range.
+  static ShardMap Resumed(uint64_t version, uint32_t num_servers,
+                          std::vector<uint32_t> owner);
   // INVALID_ARGUMENT when the owners do not fit num_servers or are empty.
   static absl::StatusOr<ShardMap> FromProto(const rpc::ShardMapProto& proto);
   void ToProto(rpc::ShardMapProto* proto) const;

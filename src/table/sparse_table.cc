@@ -356,6 +356,7 @@ void SparseTable::Push(std::span<const uint64_t> keys,
             __builtin_prefetch(Row(stripe, slots[j + kPrefetchAhead]), 1);
             __builtin_prefetch(src + order[j + kPrefetchAhead] * dim);
           }
+          if (stripe.snapshot != nullptr) BeforeRowWrite(stripe, slots[j]);
           float* row = Row(stripe, slots[j]);
           const uint64_t updates = LoadCount(row + count_at);
           opt.Update(row, row + dim, src + order[j] * dim, dim, updates,
@@ -407,6 +408,104 @@ void SparseTable::ForEachRowWithState(
   }
 }
 
+void SparseTable::CopyChunk(Stripe& stripe, StripeSnapshot& snap,
+                            uint32_t chunk) const {
+  const uint64_t per_chunk = uint64_t{1} << chunk_shift_;
+  const uint64_t first = uint64_t{chunk} << chunk_shift_;
+  const uint64_t n = std::min<uint64_t>(per_chunk, snap.rows - first);
+  snap.copies[chunk] = std::make_unique_for_overwrite<float[]>(n * row_stride_);
+  std::memcpy(snap.copies[chunk].get(), stripe.chunks[chunk].get(),
+              n * row_stride_ * sizeof(float));
+  snap.state[chunk] = StripeSnapshot::Chunk::kCopied;
+}
+
+void SparseTable::BeforeRowWrite(Stripe& stripe, uint32_t slot) const {
+  StripeSnapshot& snap = *stripe.snapshot;
+  if (slot >= snap.rows) return;  // created after the snapshot
+  const uint32_t chunk = slot >> chunk_shift_;
+  if (snap.state[chunk] == StripeSnapshot::Chunk::kInTable) {
+    CopyChunk(stripe, snap, chunk);
+  }
+}
+
+void SparseTable::KeySnapshot(Stripe& stripe, StripeSnapshot& snap) const {
+  if (snap.keyed) return;
+  snap.keys.resize(snap.rows);
+  for (const auto& [key, slot] : stripe.index) {
+    if (slot < snap.rows) snap.keys[slot] = key;
+  }
+  snap.keyed = true;
+}
+
+std::unique_ptr<SparseTable::Snapshot> SparseTable::TakeSnapshot() {
+  std::unique_ptr<Snapshot> snapshot(new Snapshot(this));
+  const uint64_t per_chunk = uint64_t{1} << chunk_shift_;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    Stripe& stripe = *stripes_[s];
+    StripeSnapshot& snap = snapshot->stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    snap.rows = stripe.rows;
+    const size_t chunks = (snap.rows + per_chunk - 1) / per_chunk;
+    snap.state.assign(chunks, StripeSnapshot::Chunk::kInTable);
+    snap.copies.resize(chunks);
+    stripe.snapshot = &snap;
+  }
+  return snapshot;
+}
+
+SparseTable::Snapshot::Snapshot(SparseTable* table)
+    : table_(table), stripes_(table->stripes_.size()) {}
+
+SparseTable::Snapshot::~Snapshot() {
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    Stripe& stripe = *table_->stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    if (stripe.snapshot == &stripes_[s]) stripe.snapshot = nullptr;
+  }
+}
+
+void SparseTable::Snapshot::ForEachRow(
+    const std::function<void(uint64_t, std::span<const float>,
+                             std::span<const float>, uint64_t)>& fn) {
+  const uint64_t dim = table_->config_.dim;
+  const uint64_t width = table_->state_width_;
+  const uint64_t stride = table_->row_stride_;
+  const uint32_t shift = table_->chunk_shift_;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    Stripe& stripe = *table_->stripes_[s];
+    StripeSnapshot& snap = stripes_[s];
+    {
+      absl::MutexLock lock(&stripe.mu);
+      table_->KeySnapshot(stripe, snap);
+    }
+    for (uint32_t c = 0; c < snap.state.size(); ++c) {
+      std::unique_ptr<float[]> copy;
+      {
+        // Copied here unless a write did first; after that, writes leave
+        // the chunk alone.
+        absl::MutexLock lock(&stripe.mu);
+        if (snap.state[c] == StripeSnapshot::Chunk::kInTable) {
+          table_->CopyChunk(stripe, snap, c);
+        }
+        copy = std::move(snap.copies[c]);
+        snap.state[c] = StripeSnapshot::Chunk::kRead;
+      }
+      const uint64_t first = uint64_t{c} << shift;
+      const uint64_t n =
+          std::min<uint64_t>(uint64_t{1} << shift, snap.rows - first);
+      for (uint64_t i = 0; i < n; ++i) {
+        const float* row = copy.get() + i * stride;
+        fn(snap.keys[first + i], std::span<const float>(row, dim),
+           std::span<const float>(row + dim, width),
+           LoadCount(row + dim + width));
+      }
+    }
+    absl::MutexLock lock(&stripe.mu);
+    if (stripe.snapshot == &snap) stripe.snapshot = nullptr;
+    snap = StripeSnapshot{};
+  }
+}
+
 uint64_t SparseTable::ExtractRows(
     const std::function<bool(uint64_t)>& take,
     const std::function<void(uint64_t, std::span<const float>,
@@ -415,6 +514,17 @@ uint64_t SparseTable::ExtractRows(
   uint64_t removed = 0;
   for (const auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
+    if (StripeSnapshot* snap = stripe->snapshot) {
+      // Rows are about to move between slots: the snapshot takes all it
+      // still reads from the table now.
+      KeySnapshot(*stripe, *snap);
+      for (uint32_t c = 0; c < snap->state.size(); ++c) {
+        if (snap->state[c] == StripeSnapshot::Chunk::kInTable) {
+          CopyChunk(*stripe, *snap, c);
+        }
+      }
+      stripe->snapshot = nullptr;
+    }
     // The key of every slot (the rows do not carry their keys), and the
     // slots to free.
     std::vector<uint64_t> key_of(stripe->rows);
@@ -458,8 +568,10 @@ void SparseTable::RestoreRow(uint64_t key, std::span<const float> weights,
   Stripe& stripe = *stripes_[StripeOf(key)];
   absl::MutexLock lock(&stripe.mu);
   const auto it = stripe.index.find(key);
-  float* row = Row(
-      stripe, it != stripe.index.end() ? it->second : CreateRow(stripe, key));
+  const uint32_t slot =
+      it != stripe.index.end() ? it->second : CreateRow(stripe, key);
+  if (stripe.snapshot != nullptr) BeforeRowWrite(stripe, slot);
+  float* row = Row(stripe, slot);
   const uint64_t dim = config_.dim;
   std::copy_n(weights.begin(), std::min<uint64_t>(dim, weights.size()), row);
   std::copy_n(state.begin(), std::min<uint64_t>(state_width_, state.size()),

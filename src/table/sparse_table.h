@@ -79,6 +79,17 @@ class SparseTable {
       const std::function<void(uint64_t, std::span<const float>,
                                std::span<const float>, uint64_t)>& fn) const;
 
+  // A copy of the table as it was at one instant, read while the table goes
+  // on changing (what a checkpoint writes; TakeSnapshot).
+  class Snapshot;
+  // The rows as they are now. Call it where no write runs (between two
+  // applies); it takes each stripe's lock once, copying nothing. Writes go
+  // on meanwhile: each chunk of rows (about 1 MiB) is copied before the
+  // first write into it after this call, or when the snapshot's ForEachRow
+  // reaches it, whichever comes first. One snapshot of a table at a time;
+  // the table must outlive it.
+  std::unique_ptr<Snapshot> TakeSnapshot();
+
   // Removes every row whose key `take` accepts, handing each to `fn(key,
   // weights, state, update_count)` first: what a bucket that moves to
   // another server gives up (RestoreRow installs it there). Stripe by
@@ -97,13 +108,39 @@ class SparseTable {
                   std::span<const float> state, uint64_t update_count);
 
  private:
+  // What a snapshot holds of one stripe: its first `rows` slots as they
+  // were, a chunk of them copied before the first write into it (or when
+  // the snapshot reads it), and the key of each slot.
+  struct StripeSnapshot {
+    uint32_t rows = 0;
+    enum class Chunk : uint8_t { kInTable, kCopied, kRead };
+    std::vector<Chunk> state;  // by chunk
+    std::vector<std::unique_ptr<float[]>> copies;  // by chunk, when kCopied
+    std::vector<uint64_t> keys;  // by slot, once `keyed`
+    bool keyed = false;
+  };
   // One lock stripe: the index from key to slot, and the rows in chunks.
   struct Stripe {
     mutable absl::Mutex mu;
     absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
     uint32_t rows ABSL_GUARDED_BY(mu) = 0;
+    // The snapshot that still reads this stripe (null: none).
+    StripeSnapshot* snapshot ABSL_GUARDED_BY(mu) = nullptr;
   };
+  // Before slot `slot` of `stripe` is written: a snapshot that holds it in
+  // the table gets a copy of its chunk.
+  void BeforeRowWrite(Stripe& stripe, uint32_t slot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+  // Copies chunk `chunk` of `stripe` (its rows the snapshot holds) into
+  // the snapshot.
+  void CopyChunk(Stripe& stripe, StripeSnapshot& snap, uint32_t chunk) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+  // Fills the snapshot's keys from the index (its slots are still those of
+  // the snapshot's instant: only ExtractRows moves rows, and it takes the
+  // snapshot's copy first).
+  void KeySnapshot(Stripe& stripe, StripeSnapshot& snap) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
   int StripeOf(uint64_t key) const;
   // The row block of `slot` (in use): dim weights, the optimizer state, then
   // the 64-bit update count in the next two floats' bytes.
@@ -130,6 +167,27 @@ class SparseTable {
   // Rows are stored in chunks of 2^chunk_shift_ (about 1 MiB each).
   const uint32_t chunk_shift_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
+
+ public:
+  class Snapshot {
+   public:
+    ~Snapshot();
+    Snapshot(const Snapshot&) = delete;
+    Snapshot& operator=(const Snapshot&) = delete;
+    // Calls `fn(key, weights, state, update_count)` for every row as it was
+    // at the snapshot, chunk by chunk: each chunk is copied under its
+    // stripe's lock (unless a write copied it first) and visited without
+    // it, then its copy freed. Call it once.
+    void ForEachRow(
+        const std::function<void(uint64_t, std::span<const float>,
+                                 std::span<const float>, uint64_t)>& fn);
+
+   private:
+    friend class SparseTable;
+    explicit Snapshot(SparseTable* table);
+    SparseTable* const table_;
+    std::vector<StripeSnapshot> stripes_;
+  };
 };
 
 }  // namespace hetps

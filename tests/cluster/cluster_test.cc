@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/roles.h"
 #include "cluster/pattern.h"
+#include "hetps/version.h"
 #include "hetps/ps_client.h"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
@@ -81,41 +82,42 @@ struct PatternRun {
       during;
 };
 
-Final RunPattern(const std::string& mode, int rounds,
-                 const std::vector<uint64_t>& keys,
-                 const PatternRun& run = {}) {
-  TempDir dir;
-  const auto endpoints = testing::FreeEndpoints(2);
-  const std::string config = dir.Write(
-      "job.yaml", PatternConfig(mode, endpoints, run.workers, run.extra_config));
-  ServerProcesses servers;
-  EXPECT_TRUE(servers.Start(config, 2, std::chrono::seconds(30)));
-  for (int w = 0; w < run.workers; ++w) {
-    auto pid = servers.group().Spawn(
+// Runs `workers` pattern workers for `rounds` in `group`, `during` beside
+// them (its flag turns true once they all exited); expects each to exit 0
+// within two minutes.
+void RunWorkers(ProcessGroup& group, const std::string& config,
+                const std::vector<std::string>& endpoints, int workers,
+                int rounds, int pause_ms,
+                const std::function<void(const std::vector<std::string>&,
+                                         const std::atomic<bool>&)>& during) {
+  for (int w = 0; w < workers; ++w) {
+    auto pid = group.Spawn(
         absl::StrCat("worker ", w),
         {HETPS_PATTERN_WORKER, config, std::to_string(w),
-         std::to_string(rounds), std::to_string(run.pause_ms)});
+         std::to_string(rounds), std::to_string(pause_ms)});
     EXPECT_TRUE(pid.ok()) << pid.status();
   }
   std::atomic<bool> workers_done{false};
   std::thread beside;
-  if (run.during) {
-    beside = std::thread([&] { run.during(endpoints, workers_done); });
-  }
+  if (during) beside = std::thread([&] { during(endpoints, workers_done); });
   int done = 0;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (done < run.workers && std::chrono::steady_clock::now() < deadline) {
-    auto exit = servers.group().WaitAny(absl::Milliseconds(100));
+  while (done < workers && std::chrono::steady_clock::now() < deadline) {
+    auto exit = group.WaitAny(absl::Milliseconds(100));
     if (!exit) continue;
     EXPECT_EQ(exit->exit_code, 0) << exit->label;
     EXPECT_THAT(exit->label, HasSubstr("worker"));
     ++done;
   }
-  EXPECT_EQ(done, run.workers) << "workers did not finish in time";
+  EXPECT_EQ(done, workers) << "workers did not finish in time";
   workers_done = true;
   if (beside.joinable()) beside.join();
+}
 
+// The rows of `keys` and the dense table, read through a PsClient.
+Final ReadFinal(const std::vector<std::string>& endpoints,
+                const std::vector<uint64_t>& keys) {
   Final final;
   PsClientOptions options;
   options.endpoints = endpoints;
@@ -133,6 +135,20 @@ Final RunPattern(const std::string& mode, int rounds,
   final.dense.resize(pattern::kDenseSize);
   EXPECT_TRUE((*client)->PullDense(pattern::kDense, final.dense).ok());
   return final;
+}
+
+Final RunPattern(const std::string& mode, int rounds,
+                 const std::vector<uint64_t>& keys,
+                 const PatternRun& run = {}) {
+  TempDir dir;
+  const auto endpoints = testing::FreeEndpoints(2);
+  const std::string config = dir.Write(
+      "job.yaml", PatternConfig(mode, endpoints, run.workers, run.extra_config));
+  ServerProcesses servers;
+  EXPECT_TRUE(servers.Start(config, 2, std::chrono::seconds(30)));
+  RunWorkers(servers.group(), config, endpoints, run.workers, rounds,
+             run.pause_ms, run.during);
+  return ReadFinal(endpoints, keys);
 }
 
 // Gradient of `key` in worker w's step of round r, duplicates merged.
@@ -158,62 +174,80 @@ constexpr int kRounds = 12;
 
 // Sync: each round's pushes merged (Σ b·g over the round's batch of 4) and
 // applied once: bit-exact, since every sum is of small dyadic numbers.
-void ExpectSyncValues(const Final& final, const std::vector<uint64_t>& keys,
-                      int rounds) {
+Final SyncValues(const std::vector<uint64_t>& keys, int rounds) {
+  Final expected;
   for (uint64_t key : keys) {
-    std::vector<float> expected(pattern::kDim, 0.0f);
+    std::vector<float>& row = expected.rows[key];
+    row.assign(pattern::kDim, 0.0f);
     for (int r = 0; r < rounds; ++r) {
       for (uint64_t c = 0; c < pattern::kDim; ++c) {
         float merged = 0;
         for (uint32_t w = 0; w < 3; ++w) {
           merged += pattern::BatchOf(w) * WorkerGrad(w, r, key, c);
         }
-        expected[c] -= pattern::kLearningRate * (merged / 4.0f);
+        row[c] -= pattern::kLearningRate * (merged / 4.0f);
       }
     }
-    ASSERT_TRUE(final.rows.contains(key));
-    EXPECT_EQ(final.rows.at(key), expected) << "key " << key;
   }
-  std::vector<float> dense(pattern::kDenseSize, 0.0f);
+  expected.dense.assign(pattern::kDenseSize, 0.0f);
   for (int r = 0; r < rounds; ++r) {
     for (uint64_t i = 0; i < pattern::kDenseSize; ++i) {
       float merged = 0;
       for (uint32_t w = 0; w < 3; ++w) {
         merged += pattern::BatchOf(w) * pattern::GradOf(w, r, i, 0);
       }
-      dense[i] -= pattern::kLearningRate * (merged / 4.0f);
+      expected.dense[i] -= pattern::kLearningRate * (merged / 4.0f);
     }
   }
-  EXPECT_EQ(final.dense, dense);
+  return expected;
 }
 
 // Every push of `workers` applied once, as `scale` of a step: the same
 // total in any order (async: 1; semi_async with batch-1 workers and queues
 // of at most a full round of 2: 1/2 each).
-void ExpectEachPushOnce(const Final& final, const std::vector<uint64_t>& keys,
-                        int rounds, uint32_t workers, float scale) {
+Final EachPushOnceValues(const std::vector<uint64_t>& keys, int rounds,
+                         uint32_t workers, float scale) {
+  Final expected;
   for (uint64_t key : keys) {
-    std::vector<float> expected(pattern::kDim, 0.0f);
+    std::vector<float>& row = expected.rows[key];
+    row.assign(pattern::kDim, 0.0f);
     for (int r = 0; r < rounds; ++r) {
       for (uint32_t w = 0; w < workers; ++w) {
         for (uint64_t c = 0; c < pattern::kDim; ++c) {
-          expected[c] -=
-              pattern::kLearningRate * scale * WorkerGrad(w, r, key, c);
+          row[c] -= pattern::kLearningRate * scale * WorkerGrad(w, r, key, c);
         }
       }
     }
-    ASSERT_TRUE(final.rows.contains(key));
-    EXPECT_EQ(final.rows.at(key), expected) << "key " << key;
   }
-  std::vector<float> dense(pattern::kDenseSize, 0.0f);
+  expected.dense.assign(pattern::kDenseSize, 0.0f);
   for (int r = 0; r < rounds; ++r) {
     for (uint32_t w = 0; w < workers; ++w) {
       for (uint64_t i = 0; i < pattern::kDenseSize; ++i) {
-        dense[i] -= pattern::kLearningRate * scale * pattern::GradOf(w, r, i, 0);
+        expected.dense[i] -=
+            pattern::kLearningRate * scale * pattern::GradOf(w, r, i, 0);
       }
     }
   }
-  EXPECT_EQ(final.dense, dense);
+  return expected;
+}
+
+// Value by value, bit-exact: every row `expected` names and the dense table.
+void ExpectValues(const Final& got, const Final& expected) {
+  for (const auto& [key, row] : expected.rows) {
+    ASSERT_TRUE(got.rows.contains(key)) << "key " << key;
+    EXPECT_EQ(got.rows.at(key), row) << "key " << key;
+  }
+  EXPECT_EQ(got.dense, expected.dense);
+}
+
+void ExpectSyncValues(const Final& final, const std::vector<uint64_t>& keys,
+                      int rounds) {
+  ExpectValues(final, SyncValues(keys, rounds));
+}
+
+void ExpectEachPushOnce(const Final& final, const std::vector<uint64_t>& keys,
+                        int rounds, uint32_t workers, float scale) {
+  ExpectValues(final, EachPushOnceValues(keys, rounds, workers, scale));
 }
 
 TEST(ClusterTest, SyncTwoServersThreeWorkersGiveExactValues) {
@@ -231,6 +265,50 @@ TEST(ClusterTest, AsyncTwoServersThreeWorkersGiveTheSameTotal) {
 // moves the buckets of the pattern's keys between the two servers every
 // 10-50 ms; the final values are exactly those of a run without moves.
 // Returns the moves made.
+// Moves the buckets `workers` pattern workers push to between the two
+// servers every 10-50 ms until `stop`, counting them in `moves`. A move may
+// fail only once `stop` is set (the workers leaving end a move's wait).
+// `start`: where the buckets are (only this mover moves them).
+void MoveBucketsUntil(const std::vector<std::string>& endpoints,
+                      const std::string& mode, int workers,
+                      const std::atomic<bool>& stop, std::atomic<int>* moves,
+                      uint32_t seed = 7,
+                      const ShardMap& start = ShardMap::Uniform(
+                          2, JobConfig().server.num_buckets)) {
+  auto parsed = ParseConsistencyMode(mode);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return;
+  BucketMover mover(endpoints, *parsed,
+                    GrpcParameterServerStubs(64 << 20, Credentials()));
+  // The buckets the workers push to: the shared keys' and their own.
+  std::vector<uint64_t> pushed;
+  for (uint32_t w = 0; w < static_cast<uint32_t>(workers); ++w) {
+    for (uint64_t key : pattern::StepOf(w, 0).keys) pushed.push_back(key);
+  }
+  std::mt19937 random(seed);
+  std::map<uint32_t, uint32_t> owner;  // as the moves left them
+  while (!stop) {
+    const uint32_t bucket = start.BucketOf(pushed[random() % pushed.size()]);
+    auto [it, first] = owner.try_emplace(bucket, start.owner(bucket));
+    const uint32_t to = 1 - it->second;
+    auto moved = mover.Move({{bucket, to}});
+    if (!moved.ok()) {
+      EXPECT_TRUE(stop) << moved.status();
+      break;
+    }
+    it->second = to;
+    ++*moves;
+    // The pace of the forced moves (issue 14: every 10-50 ms), not a wait
+    // for anything: what the tests check is read after the moves end, and
+    // they assert the moves happened.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 + random() % 41));
+  }
+}
+
+// Live bucket migration (issue 14): while the workers push, a BucketMover
+// moves the buckets of the pattern's keys between the two servers every
+// 10-50 ms; the final values are exactly those of a run without moves.
+// Returns the moves made.
 int MoveBucketsWhileTraining(const std::string& mode, int rounds,
                              const std::vector<uint64_t>& keys,
                              PatternRun run, Final* final) {
@@ -238,38 +316,7 @@ int MoveBucketsWhileTraining(const std::string& mode, int rounds,
   run.pause_ms = 5;
   run.during = [&](const std::vector<std::string>& endpoints,
                    const std::atomic<bool>& done) {
-    BucketMover mover(endpoints,
-                      mode == "sync"    ? ConsistencyMode::kSync
-                      : mode == "async" ? ConsistencyMode::kAsync
-                                        : ConsistencyMode::kSemiAsync,
-                      GrpcParameterServerStubs(64 << 20, Credentials()));
-    // The buckets the workers push to: the shared keys' and their own.
-    std::vector<uint64_t> pushed;
-    for (uint32_t w = 0; w < static_cast<uint32_t>(run.workers); ++w) {
-      for (uint64_t key : pattern::StepOf(w, 0).keys) pushed.push_back(key);
-    }
-    const ShardMap layout = ShardMap::Uniform(2, JobConfig().server.num_buckets);
-    std::mt19937 random(7);
-    std::map<uint32_t, uint32_t> owner;  // as the moves left them
-    while (!done) {
-      const uint32_t bucket =
-          layout.BucketOf(pushed[random() % pushed.size()]);
-      auto [it, first] = owner.try_emplace(bucket, layout.owner(bucket));
-      const uint32_t to = 1 - it->second;
-      auto moved = mover.Move({{bucket, to}});
-      if (!moved.ok()) {
-        // The workers leaving end a move's wait; anything else is a bug.
-        EXPECT_TRUE(done) << moved.status();
-        break;
-      }
-      it->second = to;
-      ++moves;
-      // The pace of the forced moves (issue 14: every 10-50 ms), not a wait
-      // for anything: what the test checks is only read after the workers
-      // exit, and it asserts the moves happened (EXPECT_GE below).
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(10 + random() % 41));
-    }
+    MoveBucketsUntil(endpoints, mode, run.workers, done, &moves);
   };
   *final = RunPattern(mode, rounds, keys, run);
   std::printf("%d bucket moves while training\n", moves.load());
@@ -314,6 +361,149 @@ TEST(ClusterMigrationTest, SemiAsyncBucketsMovingEveryFewMsLoseNoUpdate) {
     if (key < 1200) shared.push_back(key);
   }
   ExpectEachPushOnce(final, shared, 200, 2, 0.5f);
+}
+
+// Checkpoints saved while buckets move, and a whole-job resume from them
+// (issue 14). The workers push while buckets move every 10-50 ms and the
+// servers save every 30 ms; once the workers are done, saves and moves go
+// on side by side, then moves alone (those rows are only in the move
+// records); then the job stops between two moves. Resumed, every row is
+// exactly the sum of what was pushed, and a second run of the workers,
+// moving buckets on from where the first left them, adds exactly its own.
+struct CheckpointedMigration {
+  std::string mode;
+  int workers = 3;
+  std::string extra_config;
+  std::function<Final(int rounds)> expected;
+};
+
+void SaveOnEveryServer(const std::vector<std::string>& endpoints) {
+  for (const std::string& endpoint : endpoints) {
+    auto stub = GrpcParameterServerStubs(64 << 20, Credentials())(endpoint);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
+    rpc::SaveRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    rpc::SaveResponse response;
+    const grpc::Status status = stub->Save(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << endpoint << ": " << status.error_message();
+  }
+}
+
+Final Sum(const Final& a, const Final& b) {
+  Final sum = a;
+  for (auto& [key, row] : sum.rows) {
+    for (size_t c = 0; c < row.size(); ++c) row[c] += b.rows.at(key)[c];
+  }
+  for (size_t i = 0; i < sum.dense.size(); ++i) sum.dense[i] += b.dense[i];
+  return sum;
+}
+
+void ResumeAfterSavesWhileBucketsMove(const CheckpointedMigration& job) {
+  constexpr int kFirst = 60;
+  constexpr int kSecond = 40;
+  const auto keys = CheckedKeys();
+  TempDir dir;
+  const auto endpoints = testing::FreeEndpoints(2);
+  const std::string ckpt = dir.path() + "/ckpt";
+  const std::string config = dir.Write(
+      "job.yaml",
+      PatternConfig(job.mode, endpoints, job.workers,
+                    absl::StrCat(job.extra_config, "checkpoint:\n  dir: ",
+                                 ckpt, "\n  max_server_restarts: 0\n")));
+  {
+    ServerProcesses servers;
+    ASSERT_TRUE(servers.Start(config, 2, std::chrono::seconds(30)));
+    std::atomic<int> moves{0};
+    std::atomic<int> saves{0};
+    std::atomic<bool> stop_moving{false};
+    std::thread mover([&] {
+      MoveBucketsUntil(endpoints, job.mode, job.workers, stop_moving, &moves);
+    });
+    RunWorkers(servers.group(), config, endpoints, job.workers, kFirst, 5,
+               [&](const std::vector<std::string>& eps,
+                   const std::atomic<bool>& done) {
+                 while (!done) {
+                   SaveOnEveryServer(eps);
+                   ++saves;
+                   std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                 }
+               });
+    const int moves_while_training = moves;
+    // Saves beside the moves, then moves after the last save.
+    for (int i = 0; i < 5; ++i) {
+      const int before = moves;
+      SaveOnEveryServer(endpoints);
+      ++saves;
+      while (moves == before) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    const int moves_at_last_save = moves;
+    while (moves < moves_at_last_save + 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    stop_moving = true;
+    mover.join();
+    std::printf("%d moves while training, %d in all, %d saves\n",
+                moves_while_training, moves.load(), saves.load());
+    EXPECT_GE(moves_while_training, 5);
+    EXPECT_GE(saves, 10);
+    servers.group().StopAll(absl::Seconds(5));
+  }
+
+  auto resumed = ResumedShardMap(ckpt, 2, JobConfig().server.num_buckets);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_GT(resumed->version(), 1u) << "the moves left every bucket home";
+  ServerProcesses servers;
+  ASSERT_TRUE(servers.Start(config, 2, std::chrono::seconds(30), {"--resume"}));
+  ExpectValues(ReadFinal(endpoints, keys), job.expected(kFirst));
+  std::atomic<int> moves{0};
+  RunWorkers(servers.group(), config, endpoints, job.workers, kSecond, 5,
+             [&](const std::vector<std::string>& eps,
+                 const std::atomic<bool>& done) {
+               MoveBucketsUntil(eps, job.mode, job.workers, done, &moves, 11,
+                                *resumed);
+             });
+  EXPECT_GE(moves, 3);
+  ExpectValues(ReadFinal(endpoints, keys),
+               Sum(job.expected(kFirst), job.expected(kSecond)));
+}
+
+TEST(ClusterMigrationTest, AsyncSavesWhileBucketsMoveResumeExactly) {
+  ResumeAfterSavesWhileBucketsMove(
+      {.mode = "async", .expected = [](int rounds) {
+         return EachPushOnceValues(CheckedKeys(), rounds, 3, 1.0f);
+       }});
+}
+
+TEST(ClusterMigrationTest, SyncSavesWhileBucketsMoveResumeExactly) {
+  ResumeAfterSavesWhileBucketsMove(
+      {.mode = "sync", .expected = [](int rounds) {
+         return SyncValues(CheckedKeys(), rounds);
+       }});
+}
+
+TEST(ClusterMigrationTest, SemiAsyncSavesWhileBucketsMoveResumeExactly) {
+  // As SemiAsyncBucketsMovingEveryFewMsLoseNoUpdate: two workers, a fixed
+  // window of 2.
+  std::vector<uint64_t> shared;
+  for (uint64_t key : CheckedKeys()) {
+    if (key < 1200) shared.push_back(key);
+  }
+  ResumeAfterSavesWhileBucketsMove(
+      {.mode = "semi_async",
+       .workers = 2,
+       .extra_config = R"(semi_async:
+  window_min: 2
+  window_max: 2
+  adapt_window: false
+  staleness_decay: 0
+)",
+       .expected = [shared](int rounds) {
+         return EachPushOnceValues(shared, rounds, 2, 0.5f);
+       }});
 }
 
 // A server killed with SIGKILL mid-run comes back (by hand, --resume) from

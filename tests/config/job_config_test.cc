@@ -308,7 +308,10 @@ TEST(JobConfigTest, ValidationChecksServerProfilesAndSharding) {
               StatusIs(kInvalid, HasSubstr("sharding.max_moved_mb")));
   EXPECT_THAT(
       ValidateYaml("sharding: {migrate: true}\ncheckpoint: {dir: /tmp/x}\n"),
-      StatusIs(kInvalid, HasSubstr("sharding.migrate: not with checkpoint")));
+      StatusIs(kInvalid, HasSubstr("checkpoint.max_server_restarts: 0")));
+  EXPECT_TRUE(ValidateYaml("sharding: {migrate: true}\n"
+                           "checkpoint: {dir: /tmp/x, max_server_restarts: 0}\n")
+                  .ok());
   EXPECT_TRUE(ValidateYaml("sharding: {migrate: true}\n").ok());
 }
 

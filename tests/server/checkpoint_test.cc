@@ -10,7 +10,9 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <thread>
 
+#include "hetps/version.h"
 #include "nlohmann/json.hpp"
 #include "server/ps_server.h"
 #include "support/test_support.h"
@@ -336,6 +338,110 @@ TEST(CheckpointProgressTest, ProgressHooksRoundTrip) {
   ASSERT_TRUE(restore.Restore().ok());
   ASSERT_TRUE(restored.has_value());
   EXPECT_EQ(restored->SerializeAsString(), saved.SerializeAsString());
+}
+
+// Bucket moves (checkpoint.h, "Bucket moves"): a save on a server that a
+// move involves waits until the move has settled; the rows moved to a
+// server are written down as a move record; a resume gives each bucket to
+// the server holding its newest rows and restores them there only; export
+// takes each row once, from there.
+TEST(CheckpointMovesTest, SavesWaitForMovesAndMovedRowsResumeWhereTheyWent) {
+  TempDir dir;
+  JobConfig config = CheckpointJob(dir.path());
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  auto from = PsServer::Create(config, 0);
+  auto to = PsServer::Create(config, 1);
+  ASSERT_TRUE(from.ok() && to.ok());
+  Checkpointer save_from(config, 0, from->get());
+  Checkpointer save_to(config, 1, to->get());
+  (*to)->SetMovedInRecorder(
+      [&](const rpc::MovedRows& rows, uint64_t version) {
+        return save_to.RecordMovedIn(rows, version);
+      });
+  const ShardMap v1 = (*from)->shard_map();
+  uint64_t moving = 0;
+  while (v1.ServerOf(moving) != 0) ++moving;
+  const uint32_t bucket = v1.BucketOf(moving);
+  uint64_t stays = moving + 1;
+  while (v1.ServerOf(stays) != 0 || v1.BucketOf(stays) == bucket) ++stays;
+  const std::vector<uint64_t> keys = {moving, stays};
+  (*from)->sparse_table("emb")->Push(
+      keys, std::vector<float>{0.5f, 0.25f, 0.125f, 1, 2, 3});
+  std::vector<float> moved_row(3), kept_row(3);
+  ASSERT_TRUE((*from)->sparse_table("emb")->Lookup(moving, moved_row));
+  ASSERT_TRUE((*from)->sparse_table("emb")->Lookup(stays, kept_row));
+  ASSERT_TRUE(save_from.Save().ok());
+  ASSERT_TRUE(save_to.Save().ok());
+
+  auto v2 = v1.WithHandover({{bucket, 1}}, {});
+  ASSERT_TRUE(v2.ok());
+  ASSERT_TRUE((*from)->AdoptMap(*v2));
+  ASSERT_TRUE((*to)->AdoptMap(*v2));
+  // Saved from here on, server 0's checkpoint would hold a bucket that is
+  // leaving: the save waits for the settled map.
+  absl::StatusOr<std::string> saved;
+  std::thread saver([&] { saved = save_from.Save(); });
+  rpc::HandOverRequest hand;
+  hand.set_protocol_version(kProtocolVersion);
+  hand.add_buckets(bucket);
+  rpc::MovedRows rows;
+  grpc::ServerContext hand_ctx;
+  ASSERT_TRUE((*from)->HandOver(&hand_ctx, &hand, &rows).ok());
+  rpc::TakeOverRequest take;
+  take.set_protocol_version(kProtocolVersion);
+  *take.mutable_rows() = rows;
+  rpc::TakeOverResponse taken;
+  grpc::ServerContext take_ctx;
+  ASSERT_TRUE((*to)->TakeOver(&take_ctx, &take, &taken).ok());
+  const ShardMap v3 = v2->Settled({bucket});
+  ASSERT_TRUE((*from)->AdoptMap(v3));
+  ASSERT_TRUE((*to)->AdoptMap(v3));
+  saver.join();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto ckpt = VerifyCheckpoint(*saved);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->manifest["shard_map"]["version"], 3u);
+  EXPECT_EQ(ckpt->manifest["tables"][0]["rows"], 1u) << "only the row that stays";
+
+  // Server 1's durable rows: its checkpoint of map 1 and the record of the
+  // move (map 2), which holds the moved row.
+  auto durable = ReadDurableRows(ServerCheckpointDir(dir.path(), 1),
+                                 /*verify_files=*/true, nullptr);
+  ASSERT_TRUE(durable.ok()) << durable.status();
+  ASSERT_EQ(durable->moved_in.size(), 1u);
+  EXPECT_EQ(durable->moved_in[0].manifest["map_version"], 2u);
+  EXPECT_EQ(durable->moved_in[0].manifest["buckets"],
+            nlohmann::json::array({bucket}));
+
+  const uint32_t buckets = config.server.num_buckets;
+  auto map = ResumedShardMap(dir.path(), 2, buckets);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->version(), 4u) << "newer than every saved map";
+  EXPECT_EQ(map->owner(bucket), 1u);
+  const ShardMap first = ShardMap::Uniform(2, buckets);
+  for (uint32_t b = 0; b < buckets; ++b) {
+    if (b != bucket) ASSERT_EQ(map->owner(b), first.owner(b)) << b;
+  }
+
+  config.checkpoint.resume = true;
+  auto again_from = PsServer::Create(config, 0);
+  auto again_to = PsServer::Create(config, 1);
+  ASSERT_TRUE(again_from.ok() && again_to.ok());
+  ASSERT_TRUE(Checkpointer(config, 0, again_from->get()).Restore().ok());
+  ASSERT_TRUE(Checkpointer(config, 1, again_to->get()).Restore().ok());
+  EXPECT_EQ((*again_from)->map_version(), 4u);
+  EXPECT_EQ((*again_to)->map_version(), 4u);
+  std::vector<float> row(3);
+  EXPECT_FALSE((*again_from)->sparse_table("emb")->Lookup(moving, row));
+  ASSERT_TRUE((*again_from)->sparse_table("emb")->Lookup(stays, row));
+  EXPECT_EQ(row, kept_row);
+  ASSERT_TRUE((*again_to)->sparse_table("emb")->Lookup(moving, row));
+  EXPECT_EQ(row, moved_row);
+  EXPECT_EQ((*again_to)->sparse_table("emb")->size(), 1u);
+
+  auto model = ExportModel(dir.path(), dir.path() + "/model");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)["tables"][0]["rows"], 2u) << "each row once";
 }
 
 }  // namespace

@@ -176,5 +176,26 @@ TEST(ShardMapTest, ASplitOlderThanTheKeptHistoryIsRefused) {
   EXPECT_TRUE(back->SplitHolds(newest, W0(0)));
 }
 
+// A resumed job's map: the owners given, at the version given, and a split
+// by any earlier map refused (the client splits again).
+TEST(ShardMapTest, AResumedMapRefusesSplitsOfEveryEarlierMap) {
+  std::vector<uint32_t> owner = {1, 1, 0, 0};
+  const ShardMap map = ShardMap::Resumed(9, 2, owner);
+  EXPECT_EQ(map.version(), 9u);
+  EXPECT_EQ(map.owner(0), 1u);
+  EXPECT_EQ(map.owner(2), 0u);
+  EXPECT_TRUE(map.pending().empty());
+  const ShardMap::RequestClock at{.worker = 0, .incarnation = 1, .clock = 0};
+  EXPECT_TRUE(map.SplitHolds(9, at));
+  EXPECT_FALSE(map.SplitHolds(8, at));
+  EXPECT_FALSE(map.SplitHolds(1, at));
+  rpc::ShardMapProto proto;
+  map.ToProto(&proto);
+  auto back = ShardMap::FromProto(proto);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->SplitHolds(8, at));
+  EXPECT_TRUE(back->SplitHolds(9, at));
+}
+
 }  // namespace
 }  // namespace hetps

@@ -1,5 +1,6 @@
 #include "table/sparse_table.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -329,6 +330,38 @@ TEST(SparseTableTest, ConcurrentLargePushesLoseNoUpdates) {
   EXPECT_THAT(PullAll(*table, keys), ::testing::Each(-3.0f));
 }
 
+// Every row with its state and count, as a map (what a checkpoint holds).
+using AllRows = std::map<uint64_t, std::vector<float>>;
+void AddRow(AllRows& rows, uint64_t key, std::span<const float> w,
+            std::span<const float> st, uint64_t count) {
+  std::vector<float> all(w.begin(), w.end());
+  all.insert(all.end(), st.begin(), st.end());
+  all.push_back(static_cast<float>(count));
+  EXPECT_TRUE(rows.emplace(key, std::move(all)).second) << key;
+}
+
+AllRows RowsOf(const SparseTable& table) {
+  AllRows rows;
+  table.ForEachRowWithState(
+      [&](uint64_t key, std::span<const float> w, std::span<const float> st,
+          uint64_t count) { AddRow(rows, key, w, st, count); });
+  return rows;
+}
+
+// `count` keys, each row pushed once with `grads` (16 floats a row) so that
+// its weights, accumulator and count differ from a fresh row's.
+std::vector<uint64_t> TrainOnce(SparseTable& table, uint64_t count,
+                                std::vector<float>* grads) {
+  std::vector<uint64_t> keys(count);
+  for (uint64_t k = 0; k < count; ++k) keys[k] = k * 7919 + 3;
+  grads->resize(count * 16);
+  for (size_t i = 0; i < grads->size(); ++i) {
+    (*grads)[i] = 0.01f * (i % 13) - 0.05f;
+  }
+  table.Push(keys, *grads);
+  return keys;
+}
+
 TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   // Enough rows in one stripe to span several chunks (dim 16 with adagrad:
   // 34 floats a row, ~7700 rows a chunk), every row trained once so its
@@ -336,19 +369,9 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   const TableConfig config = MakeConfig(16, "adagrad", "uniform");
   auto table = MakeTable(config, 1);
   constexpr uint64_t kRows = 20000;
-  std::vector<uint64_t> keys(kRows);
-  for (uint64_t k = 0; k < kRows; ++k) keys[k] = k * 7919 + 3;
-  std::vector<float> grads(kRows * 16);
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * (i % 13) - 0.05f;
-  table->Push(keys, grads);
-  std::map<uint64_t, std::vector<float>> before;
-  table->ForEachRowWithState([&](uint64_t key, std::span<const float> w,
-                                 std::span<const float> st, uint64_t count) {
-    std::vector<float> all(w.begin(), w.end());
-    all.insert(all.end(), st.begin(), st.end());
-    all.push_back(static_cast<float>(count));
-    before[key] = std::move(all);
-  });
+  std::vector<float> grads;
+  const std::vector<uint64_t> keys = TrainOnce(*table, kRows, &grads);
+  AllRows before = RowsOf(*table);
   ASSERT_EQ(before.size(), kRows);
   // A third of the rows leave (as a bucket's would) into another table.
   auto leaves = [](uint64_t key) { return key % 3 == 0; };
@@ -368,15 +391,9 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   EXPECT_EQ(table->size(), kRows - expected);
   EXPECT_EQ(other->size(), expected);
   // Every row is in exactly one of the two, as it was.
-  std::map<uint64_t, std::vector<float>> after;
-  for (const SparseTable* t : {table.get(), other.get()}) {
-    t->ForEachRowWithState([&](uint64_t key, std::span<const float> w,
-                               std::span<const float> st, uint64_t count) {
-      std::vector<float> all(w.begin(), w.end());
-      all.insert(all.end(), st.begin(), st.end());
-      all.push_back(static_cast<float>(count));
-      EXPECT_TRUE(after.emplace(key, std::move(all)).second) << key;
-    });
+  AllRows after = RowsOf(*table);
+  for (const auto& [key, row] : RowsOf(*other)) {
+    EXPECT_TRUE(after.emplace(key, row).second) << key;
   }
   EXPECT_EQ(after, before);
   // The rows that stayed still train in place; one that left comes back
@@ -399,6 +416,58 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
                                   std::span<const float>, uint64_t) {}),
             kRows - expected + 1);
   EXPECT_EQ(table->size(), 0u);
+}
+
+// A snapshot reads the rows of its instant, whatever is written after it:
+// pushes to stripes it has not reached (copied by the write), rows created
+// by pulls and restores, rows extracted, and a writer pushing while the
+// snapshot is read.
+TEST(SparseTableTest, ASnapshotHoldsItsInstantWhileWritesGoOn) {
+  // Two stripes of ~15000 rows: two chunks each (~7700 rows a chunk).
+  const TableConfig config = MakeConfig(16, "adagrad", "uniform");
+  auto table = MakeTable(config, 2);
+  std::vector<float> grads;
+  const std::vector<uint64_t> keys = TrainOnce(*table, 30000, &grads);
+  AllRows at_snapshot = RowsOf(*table);
+
+  auto snapshot = table->TakeSnapshot();
+  table->Push(std::span<const uint64_t>(keys).first(1000),
+              std::span<const float>(grads).first(1000 * 16));
+  std::vector<float> out(16);
+  table->Pull(std::vector<uint64_t>{1}, out);  // a new row
+  table->RestoreRow(2, out, std::vector<float>(16, 1.0f), 5);
+  table->ExtractRows([](uint64_t key) { return key % 5 == 0; },
+                     [](uint64_t, std::span<const float>,
+                        std::span<const float>, uint64_t) {});
+  std::atomic<bool> reading{true};
+  std::thread writer([&] {
+    while (reading) {
+      table->Push(std::span<const uint64_t>(keys).subspan(5000, 2000),
+                  std::span<const float>(grads).subspan(5000 * 16, 2000 * 16));
+    }
+  });
+  AllRows read;
+  snapshot->ForEachRow(
+      [&](uint64_t key, std::span<const float> w, std::span<const float> st,
+          uint64_t count) { AddRow(read, key, w, st, count); });
+  reading = false;
+  writer.join();
+  EXPECT_EQ(read, at_snapshot);
+  // The table itself went on: the first keys were trained twice.
+  std::vector<float> row(16);
+  ASSERT_TRUE(table->Lookup(keys[1], row));
+  EXPECT_NE(std::vector<float>(row),
+            std::vector<float>(at_snapshot[keys[1]].begin(),
+                               at_snapshot[keys[1]].begin() + 16));
+  // A snapshot dropped unread wants no copy any more: a write after it
+  // touches only the table (under ASan, a copy into the freed snapshot
+  // would be caught).
+  auto dropped = table->TakeSnapshot();
+  dropped.reset();
+  std::vector<float> trained(16);
+  table->Push(std::vector<uint64_t>{keys[1]}, std::vector<float>(16, 0.5f));
+  ASSERT_TRUE(table->Lookup(keys[1], trained));
+  EXPECT_NE(trained, std::vector<float>(row));
 }
 
 }  // namespace
