@@ -514,6 +514,15 @@ uint64_t SparseTable::ExtractRows(
   uint64_t removed = 0;
   for (const auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
+    // The key of every slot (the rows do not carry their keys), and the
+    // slots to free.
+    std::vector<uint64_t> key_of(stripe->rows);
+    std::vector<uint32_t> freed;
+    for (const auto& [key, slot] : stripe->index) {
+      key_of[slot] = key;
+      if (take(key)) freed.push_back(slot);
+    }
+    if (freed.empty()) continue;
     if (StripeSnapshot* snap = stripe->snapshot) {
       // Rows are about to move between slots: the snapshot takes all it
       // still reads from the table now.
@@ -525,15 +534,6 @@ uint64_t SparseTable::ExtractRows(
       }
       stripe->snapshot = nullptr;
     }
-    // The key of every slot (the rows do not carry their keys), and the
-    // slots to free.
-    std::vector<uint64_t> key_of(stripe->rows);
-    std::vector<uint32_t> freed;
-    for (const auto& [key, slot] : stripe->index) {
-      key_of[slot] = key;
-      if (take(key)) freed.push_back(slot);
-    }
-    if (freed.empty()) continue;
     for (uint32_t slot : freed) {
       const float* row = Row(*stripe, slot);
       fn(key_of[slot], std::span<const float>(row, dim),
