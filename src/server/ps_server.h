@@ -193,6 +193,11 @@ class PsServer final : public rpc::ParameterServer::Service {
   // none): their rows are gone from here.
   std::shared_ptr<const absl::flat_hash_set<uint32_t>> handed_
       ABSL_GUARDED_BY(map_mu_);
+  // The last HandOver's buckets and rows, kept until its move settles: a
+  // HandOver retried (its reply lost) gets the same rows again.
+  std::vector<uint32_t> last_handed_ ABSL_GUARDED_BY(map_mu_);
+  std::shared_ptr<const rpc::MovedRows> last_handed_rows_
+      ABSL_GUARDED_BY(map_mu_);
 
   const std::unique_ptr<Aggregator> aggregator_;
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> sparse_;
@@ -222,6 +227,7 @@ class PsServer final : public rpc::ParameterServer::Service {
   // wait), and those whose rows have while the move is still pending.
   absl::flat_hash_set<uint32_t> incoming_ ABSL_GUARDED_BY(move_mu_);
   absl::flat_hash_set<uint32_t> arrived_ ABSL_GUARDED_BY(move_mu_);
+  absl::Mutex take_over_mu_;  // one TakeOver at a time
   // RunWithoutMoves is running `fn`: PrepareMove waits.
   bool saving_ ABSL_GUARDED_BY(move_mu_) = false;
   uint64_t live_epoch_ ABSL_GUARDED_BY(move_mu_) = 0;

@@ -140,6 +140,10 @@ bool PsServer::AdoptMap(ShardMap map) {
       handed_ = still.empty() ? nullptr
                               : std::make_shared<const absl::flat_hash_set<
                                     uint32_t>>(std::move(still));
+      if (handed_ == nullptr) {
+        last_handed_.clear();
+        last_handed_rows_.reset();
+      }
     }
     map_ = std::make_shared<const ShardMap>(std::move(map));
   }
@@ -233,6 +237,26 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
     }
     buckets.insert(bucket);
   }
+  std::vector<uint32_t> asked(request.buckets().begin(),
+                              request.buckets().end());
+  std::sort(asked.begin(), asked.end());
+  {
+    absl::MutexLock map_lock(&map_mu_);
+    size_t gone = 0;
+    for (uint32_t bucket : asked) {
+      gone += handed_ != nullptr && handed_->contains(bucket) ? 1 : 0;
+    }
+    if (gone > 0) {
+      // A retry (the reply to the first was lost): the same rows again.
+      if (asked == last_handed_ && last_handed_rows_ != nullptr) {
+        return *last_handed_rows_;
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", rank_, ": ", gone, " of the ", asked.size(),
+          " buckets asked for were handed over already, by another "
+          "HandOver"));
+    }
+  }
   rpc::MovedRows rows;
   for (uint32_t bucket : request.buckets()) rows.add_buckets(bucket);
   const uint32_t num_buckets = map.num_buckets();
@@ -275,6 +299,9 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
                rank_, request.buckets_size(), extracted,
                rows.ByteSizeLong() / 1e6,
                absl::ToDoubleMilliseconds(absl::Now() - began));
+  absl::MutexLock map_lock(&map_mu_);
+  last_handed_ = std::move(asked);
+  last_handed_rows_ = std::make_shared<const rpc::MovedRows>(rows);
   return rows;
 }
 
@@ -319,6 +346,18 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
           table->state_width()));
     }
   }
+  // One TakeOver at a time; a bucket whose rows arrived already (the reply
+  // to an earlier TakeOver was lost, and its requests may have been applied
+  // since) is not installed again.
+  absl::MutexLock take_lock(&take_over_mu_);
+  absl::flat_hash_set<uint32_t> fresh;
+  {
+    absl::MutexLock lock(&move_mu_);
+    for (uint32_t bucket : rows.buckets()) {
+      if (!arrived_.contains(bucket)) fresh.insert(bucket);
+    }
+  }
+  if (fresh.empty()) return 0;
   if (record_moved_in_) {
     if (absl::Status s = record_moved_in_(rows, map.version()); !s.ok()) {
       spdlog::error(
@@ -338,14 +377,15 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
     const uint64_t dim = table->dim();
     const uint64_t width = table->state_width();
     for (size_t i = 0; i < keys.size(); ++i) {
+      if (!fresh.contains(BucketOfKey(keys[i], map_num_buckets_))) continue;
       table->RestoreRow(keys[i], weights.subspan(i * dim, dim),
                         state.subspan(i * width, width),
                         moved.update_counts(static_cast<int>(i)));
+      ++installed;
     }
-    installed += keys.size();
   }
   absl::MutexLock lock(&move_mu_);
-  for (uint32_t bucket : rows.buckets()) {
+  for (uint32_t bucket : fresh) {
     incoming_.erase(bucket);
     arrived_.insert(bucket);
   }

@@ -1,6 +1,7 @@
 #include "shard/bucket_mover.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,26 @@ std::unique_ptr<grpc::ClientContext> BucketMover::Context() const {
   return context;
 }
 
+grpc::Status BucketMover::Retried(
+    const std::function<grpc::Status(grpc::ClientContext*)>& call) const {
+  // Every call of a move may be made again: a lost reply, a server that
+  // was slow to answer.
+  const absl::Time give_up = absl::Now() + rpc_timeout_;
+  absl::Duration backoff = absl::Milliseconds(10);
+  while (true) {
+    auto context = Context();
+    grpc::Status status = call(context.get());
+    const bool transient =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!transient || cancelled_ || absl::Now() + backoff >= give_up) {
+      return status;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+}
+
 absl::Status BucketMover::ServerError(uint32_t server, const char* call,
                                       const grpc::Status& status) const {
   return absl::Status(
@@ -99,9 +120,10 @@ absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> BucketMover::Prepare(
   request.set_protocol_version(kProtocolVersion);
   request.set_hold(hold);
   for (uint32_t s = 0; s < servers_.size(); ++s) {
-    auto context = Context();
-    grpc::Status status =
-        servers_[s].stub->PrepareMove(context.get(), request, &responses[s]);
+    rpc::ParameterServer::StubInterface& stub = *servers_[s].stub;
+    grpc::Status status = Retried([&](grpc::ClientContext* context) {
+      return stub.PrepareMove(context, request, &responses[s]);
+    });
     if (!status.ok()) return ServerError(s, "PrepareMove", status);
   }
   return responses;
@@ -112,10 +134,11 @@ absl::Status BucketMover::AdoptEverywhere(const ShardMap& map) {
   request.set_protocol_version(kProtocolVersion);
   map.ToProto(request.mutable_shard_map());
   for (uint32_t s = 0; s < servers_.size(); ++s) {
-    auto context = Context();
     rpc::AdoptShardMapResponse response;
-    grpc::Status status =
-        servers_[s].stub->AdoptShardMap(context.get(), request, &response);
+    rpc::ParameterServer::StubInterface& stub = *servers_[s].stub;
+    grpc::Status status = Retried([&](grpc::ClientContext* context) {
+      return stub.AdoptShardMap(context, request, &response);
+    });
     if (!status.ok()) return ServerError(s, "AdoptShardMap", status);
     if (response.version() < map.version()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -236,9 +259,10 @@ absl::StatusOr<MoveReport> BucketMover::Move(
     request.set_protocol_version(kProtocolVersion);
     request.mutable_buckets()->Assign(list.begin(), list.end());
     rpc::MovedRows rows;
-    auto context = Context();
-    grpc::Status status =
-        servers_[source].stub->HandOver(context.get(), request, &rows);
+    rpc::ParameterServer::StubInterface& from = *servers_[source].stub;
+    grpc::Status status = Retried([&](grpc::ClientContext* context) {
+      return from.HandOver(context, request, &rows);
+    });
     if (!status.ok()) return ServerError(source, "HandOver", status);
     for (auto& [destination, part] : ByDestination(rows, *handover)) {
       rpc::TakeOverRequest take;
@@ -249,9 +273,10 @@ absl::StatusOr<MoveReport> BucketMover::Move(
       }
       *take.mutable_rows() = std::move(part);
       rpc::TakeOverResponse taken;
-      auto take_context = Context();
-      status = servers_[destination].stub->TakeOver(take_context.get(), take,
-                                                    &taken);
+      rpc::ParameterServer::StubInterface& to = *servers_[destination].stub;
+      status = Retried([&](grpc::ClientContext* context) {
+        return to.TakeOver(context, take, &taken);
+      });
       if (!status.ok()) return ServerError(destination, "TakeOver", status);
     }
   }

@@ -17,14 +17,16 @@
 //   4. HandOver on each old owner (after its queued gradients are applied;
 //      in sync, after the rounds before the cut), TakeOver on the new.
 //   5. AdoptShardMap(settled) on every server.
-// Moves run one at a time (Move is serialized); a failure leaves the
-// handover as far as it got and says where.
+// Moves run one at a time (Move is serialized). Calls that fail for a
+// while (UNAVAILABLE, DEADLINE_EXCEEDED) are made again; a failure that
+// lasts leaves the handover as far as it got and says where.
 //
 // Thread-safety: thread-safe.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -84,6 +86,13 @@ class BucketMover {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ServerError(uint32_t server, const char* call,
                            const grpc::Status& status) const;
+  // `call` with a fresh deadline, made again after UNAVAILABLE or
+  // DEADLINE_EXCEEDED (back-off from 10 ms, doubling to 500 ms) for up to
+  // rpc_timeout: every call of a move is safe to repeat (HandOver answers
+  // a repeat with the same rows; TakeOver does not install rows that
+  // arrived already).
+  grpc::Status Retried(
+      const std::function<grpc::Status(grpc::ClientContext*)>& call) const;
   std::unique_ptr<grpc::ClientContext> Context() const;
 
   const ConsistencyMode mode_;

@@ -488,38 +488,62 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   EXPECT_TRUE((*server)->PullSparse(&ctx2, &pull, &served).ok());
 }
 
+// Servers 1 and 0 of TwoTableJob (on two servers) and a key of server 1's
+// whose bucket the tests move to server 0.
+struct MovingKey {
+  std::unique_ptr<PsServer> old_owner;  // server 1
+  std::unique_ptr<PsServer> new_owner;  // server 0
+  ShardMap v1 = ShardMap::Uniform(1, 1);
+  uint64_t key = 0;
+  uint32_t bucket = 0;
+};
+
+MovingKey ServersAndAMovingKey() {
+  JobConfig config = TwoTableJob();
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  MovingKey m;
+  auto old_owner = PsServer::Create(config, 1);
+  auto new_owner = PsServer::Create(config, 0);
+  EXPECT_TRUE(old_owner.ok() && new_owner.ok());
+  if (!old_owner.ok() || !new_owner.ok()) return m;
+  m.old_owner = std::move(*old_owner);
+  m.new_owner = std::move(*new_owner);
+  m.v1 = m.old_owner->shard_map();
+  while (m.v1.ServerOf(m.key) != 1) ++m.key;
+  m.bucket = m.v1.BucketOf(m.key);
+  return m;
+}
+
 // The rows of a handed-over bucket leave the old owner with their optimizer
 // state and arrive at the new one; the new owner holds the bucket's requests
 // until they do, then applies them on the moved rows.
 TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
-  JobConfig config = TwoTableJob();
-  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
-  auto old_owner = PsServer::Create(config, 1);
-  auto new_owner = PsServer::Create(config, 0);
-  ASSERT_TRUE(old_owner.ok() && new_owner.ok());
-  const ShardMap v1 = (*old_owner)->shard_map();
-  uint64_t moving = 0;
-  while (v1.ServerOf(moving) != 1) ++moving;
-  const uint32_t bucket = v1.BucketOf(moving);
+  MovingKey m = ServersAndAMovingKey();
+  ASSERT_TRUE(m.old_owner && m.new_owner);
+  auto& old_owner = m.old_owner;
+  auto& new_owner = m.new_owner;
+  const ShardMap& v1 = m.v1;
+  const uint64_t moving = m.key;
+  const uint32_t bucket = m.bucket;
   auto push = [&](PsServer& server, uint64_t clock, uint64_t split) {
     return PushOnes(server, clock, split, {moving});
   };
   // Two pushes before the cut at the old owner.
-  ASSERT_TRUE(push(**old_owner, 0, 1).ok());
-  ASSERT_TRUE(push(**old_owner, 1, 1).ok());
+  ASSERT_TRUE(push(*old_owner, 0, 1).ok());
+  ASSERT_TRUE(push(*old_owner, 1, 1).ok());
   std::vector<float> trained(4);
-  ASSERT_TRUE((*old_owner)->sparse_table("emb")->Lookup(moving, trained));
+  ASSERT_TRUE(old_owner->sparse_table("emb")->Lookup(moving, trained));
 
   auto v2 = v1.WithHandover({{bucket, 0}},
                             {{0, {.incarnation = 0, .clock = 2}}});
   ASSERT_TRUE(v2.ok());
-  ASSERT_TRUE((*old_owner)->AdoptMap(*v2));
-  ASSERT_TRUE((*new_owner)->AdoptMap(*v2));
+  ASSERT_TRUE(old_owner->AdoptMap(*v2));
+  ASSERT_TRUE(new_owner->AdoptMap(*v2));
   // The push past the cut waits at the new owner for the rows.
   std::atomic<bool> pushed{false};
   grpc::Status held;
   std::thread pusher([&] {
-    held = push(**new_owner, 2, 2);
+    held = push(*new_owner, 2, 2);
     pushed = true;
   });
   // Once the new owner has seen the push (its clock in PrepareMove's
@@ -529,7 +553,7 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
     report.set_protocol_version(kProtocolVersion);
     rpc::PrepareMoveResponse seen;
     grpc::ServerContext report_ctx;
-    EXPECT_TRUE((*new_owner)->PrepareMove(&report_ctx, &report, &seen).ok());
+    EXPECT_TRUE(new_owner->PrepareMove(&report_ctx, &report, &seen).ok());
     for (const rpc::WorkerCut& w : seen.seen()) {
       if (w.worker() == 0 && w.clock() == 2) return true;
     }
@@ -541,24 +565,24 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
   }
   ASSERT_TRUE(seen_at_cut()) << "the push never reached the new owner";
   EXPECT_FALSE(pushed.load()) << "applied before the rows arrived";
-  EXPECT_EQ((*new_owner)->sparse_table("emb")->size(), 0u);
+  EXPECT_EQ(new_owner->sparse_table("emb")->size(), 0u);
 
   rpc::HandOverRequest hand;
   hand.set_protocol_version(kProtocolVersion);
   hand.add_buckets(bucket);
   rpc::MovedRows rows;
   grpc::ServerContext ctx;
-  ASSERT_TRUE((*old_owner)->HandOver(&ctx, &hand, &rows).ok());
-  EXPECT_EQ((*old_owner)->sparse_table("emb")->size(), 0u);
+  ASSERT_TRUE(old_owner->HandOver(&ctx, &hand, &rows).ok());
+  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 0u);
   // A late request before the cut finds the rows gone: refused as moved,
   // not served from a fresh row.
-  EXPECT_EQ(push(**old_owner, 1, 2).error_code(), grpc::StatusCode::ABORTED);
-  EXPECT_EQ((*old_owner)->sparse_table("emb")->size(), 0u);
+  EXPECT_EQ(push(*old_owner, 1, 2).error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 0u);
   // Only the pending bucket's, and only from its old owner.
   rpc::HandOverRequest wrong = hand;
   wrong.set_buckets(0, bucket + 1);
   grpc::ServerContext ctx2;
-  EXPECT_EQ((*old_owner)->HandOver(&ctx2, &wrong, &rows).error_code(),
+  EXPECT_EQ(old_owner->HandOver(&ctx2, &wrong, &rows).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
 
   rpc::TakeOverRequest take;
@@ -566,16 +590,63 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
   *take.mutable_rows() = rows;
   rpc::TakeOverResponse taken;
   grpc::ServerContext ctx3;
-  ASSERT_TRUE((*new_owner)->TakeOver(&ctx3, &take, &taken).ok());
+  ASSERT_TRUE(new_owner->TakeOver(&ctx3, &take, &taken).ok());
   EXPECT_EQ(taken.rows(), 1u);
   pusher.join();
   ASSERT_TRUE(held.ok()) << held.error_message();
   // sgd lr 0.5 (TwoTableJob): three pushes of 1.0 in all, exactly.
   std::vector<float> row(4);
-  ASSERT_TRUE((*new_owner)->sparse_table("emb")->Lookup(moving, row));
+  ASSERT_TRUE(new_owner->sparse_table("emb")->Lookup(moving, row));
   for (int c = 0; c < 4; ++c) {
     EXPECT_EQ(row[c], trained[c] - 0.5f) << c;
   }
+}
+
+// Every call of a move may come twice (its reply lost): a repeated
+// HandOver answers the same rows, and a repeated TakeOver installs nothing
+// over rows that arrived and were trained since.
+TEST(PsServerShardingTest, RepeatedHandOverAndTakeOverChangeNothing) {
+  MovingKey m = ServersAndAMovingKey();
+  ASSERT_TRUE(m.old_owner && m.new_owner);
+  auto& old_owner = m.old_owner;
+  auto& new_owner = m.new_owner;
+  const ShardMap& v1 = m.v1;
+  const uint64_t moving = m.key;
+  const uint32_t bucket = m.bucket;
+  ASSERT_TRUE(PushOnes(*old_owner, 0, 1, {moving}).ok());
+  auto v2 = v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 1}}});
+  ASSERT_TRUE(v2.ok());
+  ASSERT_TRUE(old_owner->AdoptMap(*v2));
+  ASSERT_TRUE(new_owner->AdoptMap(*v2));
+
+  rpc::HandOverRequest hand;
+  hand.set_protocol_version(kProtocolVersion);
+  hand.add_buckets(bucket);
+  rpc::MovedRows first, again;
+  grpc::ServerContext ctx1, ctx2;
+  ASSERT_TRUE(old_owner->HandOver(&ctx1, &hand, &first).ok());
+  ASSERT_TRUE(old_owner->HandOver(&ctx2, &hand, &again).ok());
+  ASSERT_EQ(first.tables(0).update_counts_size(), 1);
+  EXPECT_EQ(again.SerializeAsString(), first.SerializeAsString());
+
+  rpc::TakeOverRequest take;
+  take.set_protocol_version(kProtocolVersion);
+  *take.mutable_rows() = first;
+  rpc::TakeOverResponse taken;
+  grpc::ServerContext ctx3, ctx4;
+  ASSERT_TRUE(new_owner->TakeOver(&ctx3, &take, &taken).ok());
+  EXPECT_EQ(taken.rows(), 1u);
+  // Trained at the new owner, then the TakeOver comes again.
+  ASSERT_TRUE(PushOnes(*new_owner, 1, 2, {moving}).ok());
+  std::vector<float> trained(4);
+  ASSERT_TRUE(new_owner->sparse_table("emb")->Lookup(moving, trained));
+  ASSERT_TRUE(new_owner->TakeOver(&ctx4, &take, &taken).ok());
+  EXPECT_EQ(taken.rows(), 0u);
+  std::vector<float> row(4);
+  ASSERT_TRUE(new_owner->sparse_table("emb")->Lookup(moving, row));
+  EXPECT_EQ(row, trained);
+  // sgd lr 0.5 (TwoTableJob): two pushes of 1.0, one at each owner.
+  EXPECT_EQ(row, std::vector<float>(4, -1.0f));
 }
 
 }  // namespace

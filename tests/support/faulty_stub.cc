@@ -84,6 +84,35 @@ class FaultyStub final
           return Sync("UpdateMembership",
                       [&] { return real_->UpdateMembership(ctx, req, resp); });
         });
+    // The BucketMover's calls.
+    ON_CALL(*this, PrepareMove)
+        .WillByDefault([this](grpc::ClientContext* ctx,
+                              const rpc::PrepareMoveRequest& req,
+                              rpc::PrepareMoveResponse* resp) {
+          return Sync("PrepareMove",
+                      [&] { return real_->PrepareMove(ctx, req, resp); });
+        });
+    ON_CALL(*this, AdoptShardMap)
+        .WillByDefault([this](grpc::ClientContext* ctx,
+                              const rpc::AdoptShardMapRequest& req,
+                              rpc::AdoptShardMapResponse* resp) {
+          return Sync("AdoptShardMap",
+                      [&] { return real_->AdoptShardMap(ctx, req, resp); });
+        });
+    ON_CALL(*this, HandOver)
+        .WillByDefault([this](grpc::ClientContext* ctx,
+                              const rpc::HandOverRequest& req,
+                              rpc::MovedRows* resp) {
+          return Sync("HandOver",
+                      [&] { return real_->HandOver(ctx, req, resp); });
+        });
+    ON_CALL(*this, TakeOver)
+        .WillByDefault([this](grpc::ClientContext* ctx,
+                              const rpc::TakeOverRequest& req,
+                              rpc::TakeOverResponse* resp) {
+          return Sync("TakeOver",
+                      [&] { return real_->TakeOver(ctx, req, resp); });
+        });
   }
 
   async_interface* async() override { return &async_; }

@@ -9,8 +9,8 @@
 //    server already has);
 //  - `dead` answers UNAVAILABLE to everything.
 // It is a gmock stub (hetps_mock.grpc.pb.h) with the callback API added,
-// which is what PsClient uses; the synchronous calls the coordinator makes
-// go the same way.
+// which is what PsClient uses; the synchronous calls the coordinator and
+// the BucketMover make go the same way.
 #pragma once
 
 #include <map>

@@ -1,0 +1,136 @@
+// BucketMover against two in-process servers through a faulting transport:
+// every call of a move that fails for a while (refused, its reply lost) is
+// made again, and the move ends with every row where it belongs, once.
+#include "shard/bucket_mover.h"
+
+#include <gtest/gtest.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/ps_server.h"
+#include "support/faulty_stub.h"
+
+namespace hetps {
+namespace {
+
+using testing::FaultPlan;
+using testing::FaultyStubs;
+
+JobConfig TwoServerJob() {
+  JobConfig config;
+  config.mode = ConsistencyMode::kAsync;
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  config.cluster.workers = 1;
+  TableConfig emb;
+  emb.name = "emb";
+  emb.kind = TableKind::kSparse;
+  emb.dim = 4;
+  emb.optimizer.type = "adagrad";
+  emb.optimizer.learning_rate = 0.5f;
+  emb.init.type = "uniform";
+  config.tables = {emb};
+  return config;
+}
+
+// A PsServer of `config` serving on a free loopback port, in process.
+struct LocalServer {
+  std::unique_ptr<PsServer> ps;
+  std::unique_ptr<grpc::Server> server;
+  std::string endpoint;
+};
+
+LocalServer Serve(const JobConfig& config, uint32_t rank) {
+  LocalServer local;
+  auto ps = PsServer::Create(config, rank);
+  EXPECT_TRUE(ps.ok()) << ps.status();
+  if (!ps.ok()) return local;
+  local.ps = std::move(*ps);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(local.ps.get());
+  local.server = builder.BuildAndStart();
+  EXPECT_NE(local.server, nullptr);
+  local.endpoint = "127.0.0.1:" + std::to_string(port);
+  return local;
+}
+
+TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
+  const JobConfig config = TwoServerJob();
+  LocalServer from = Serve(config, 0);
+  LocalServer to = Serve(config, 1);
+  ASSERT_TRUE(from.server && to.server);
+  // Rows of one of server 0's buckets, trained so that their weights,
+  // state and counts are their own.
+  const ShardMap first = from.ps->shard_map();
+  uint64_t key = 0;
+  while (first.ServerOf(key) != 0) ++key;
+  const uint32_t bucket = first.BucketOf(key);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 5; ++k) {
+    if (first.BucketOf(k) == bucket) keys.push_back(k);
+  }
+  std::vector<float> grads(keys.size() * 4);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.125f * (i % 7) - 0.25f;
+  from.ps->sparse_table("emb")->Push(keys, grads);
+  std::vector<std::vector<float>> before;
+  for (uint64_t k : keys) {
+    std::vector<float> row(4);
+    ASSERT_TRUE(from.ps->sparse_table("emb")->Lookup(k, row));
+    before.push_back(row);
+  }
+
+  FaultPlan plan;
+  plan.Refuse("PrepareMove", 1);
+  plan.Refuse("AdoptShardMap", 2);
+  plan.LoseReply("HandOver", 1);
+  plan.LoseReply("TakeOver", 1);
+  BucketMover mover({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+                    FaultyStubs(plan));
+  auto moved = mover.Move({{bucket, 1}});
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->buckets, 1u);
+  EXPECT_EQ(moved->rows, keys.size());
+  EXPECT_EQ(plan.calls("HandOver"), 2);
+  EXPECT_EQ(plan.calls("TakeOver"), 2);
+  EXPECT_EQ(from.ps->map_version(), 3u);
+  EXPECT_EQ(to.ps->map_version(), 3u);
+  EXPECT_EQ(to.ps->shard_map().owner(bucket), 1u);
+  EXPECT_EQ(from.ps->sparse_table("emb")->size(), 0u);
+  EXPECT_EQ(to.ps->sparse_table("emb")->size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<float> row(4);
+    ASSERT_TRUE(to.ps->sparse_table("emb")->Lookup(keys[i], row));
+    EXPECT_EQ(row, before[i]) << "key " << keys[i];
+  }
+  from.server->Shutdown();
+  to.server->Shutdown();
+}
+
+TEST(BucketMoverTest, ACallThatKeepsFailingEndsTheMoveNamingTheServer) {
+  const JobConfig config = TwoServerJob();
+  LocalServer from = Serve(config, 0);
+  LocalServer to = Serve(config, 1);
+  ASSERT_TRUE(from.server && to.server);
+  FaultPlan plan;
+  plan.Refuse("PrepareMove", 1000);
+  BucketMover mover({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+                    FaultyStubs(plan), absl::Milliseconds(300));
+  auto moved = mover.Move({{0, 1}});
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(moved.status().message().find("PrepareMove on server 0"),
+            std::string::npos)
+      << moved.status();
+  EXPECT_GT(plan.calls("PrepareMove"), 2);
+  from.server->Shutdown();
+  to.server->Shutdown();
+}
+
+}  // namespace
+}  // namespace hetps
