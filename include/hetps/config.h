@@ -130,9 +130,8 @@ struct ServerProfileConfig {
 // by load"). Off by default: measured in docs/BENCHMARKS.md §12 (1.2x
 // where a slow server limits the job; requests of a moving bucket wait
 // 10-20 ms). With checkpoint.dir, saves and whole-job resumes keep moved
-// buckets exactly (docs/CHECKPOINTS.md, "Bucket moves"); a server restarted
-// while the others run is not yet, so checkpoint.max_server_restarts must
-// be 0.
+// buckets exactly, and a server restarted mid-move rejoins it
+// (docs/CHECKPOINTS.md, "Bucket moves").
 struct ShardingConfig {
   bool migrate = false;
   double trigger = 1.10;

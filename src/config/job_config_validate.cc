@@ -410,15 +410,6 @@ absl::Status ValidateHeterogeneity(const JobConfig& config) {
 
 absl::Status ValidateSharding(const JobConfig& config) {
   const ShardingConfig& c = config.sharding;
-  if (c.migrate && !config.checkpoint.dir.empty() &&
-      config.checkpoint.max_server_restarts > 0) {
-    // Saves and whole-job resumes keep moved buckets exactly; a server
-    // restarted while the others run may come back in the middle of a move.
-    return Invalid(
-        "sharding.migrate: with checkpoint.dir, a server restarted while "
-        "buckets move is not recovered yet; set "
-        "checkpoint.max_server_restarts: 0 (resume the whole job instead)");
-  }
   if (!(c.trigger >= 1 && std::isfinite(c.trigger))) {
     return Invalid("sharding.trigger: must be >= 1, got ", c.trigger);
   }

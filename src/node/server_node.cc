@@ -1,6 +1,7 @@
 #include "node/server_node.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,38 @@
 #include "nlohmann/json.hpp"
 
 namespace hetps {
+namespace {
+
+// How long a server joining a running job waits for another server's map.
+constexpr auto kPeerMapDeadline = std::chrono::seconds(2);
+
+// The shard map a server joining the job (rank `rank`, not 0) keeps its
+// rows by: the newest of the coordinator's and those of the other servers
+// that answer in time. The servers adopt a move's maps before the
+// coordinator hears of them, so a server restarted in the middle of a move
+// learns of it from them.
+absl::StatusOr<ShardMap> JoiningShardMap(const JobConfig& config,
+                                         uint32_t rank) {
+  auto newest = FetchShardMap(config);
+  if (!newest.ok()) return newest.status();
+  auto stubs = GrpcParameterServerStubs(config.server.max_message_bytes,
+                                        config.credentials);
+  for (size_t s = 0; s < config.cluster.ps_endpoints.size(); ++s) {
+    if (s == rank) continue;
+    auto stub = stubs(config.cluster.ps_endpoints[s]);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kPeerMapDeadline);
+    rpc::TableInfoRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    rpc::TableInfoResponse info;
+    if (!stub->GetTableInfo(&context, request, &info).ok()) continue;
+    auto map = ShardMap::FromProto(info.shard_map());
+    if (map.ok() && map->version() > newest->version()) newest = *map;
+  }
+  return newest;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
     const JobConfig& config, uint32_t rank, const std::string& listen_address,
@@ -45,10 +78,12 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
     node->checkpointer_ = std::make_unique<Checkpointer>(
         config, rank, node->ps_.get(), std::move(progress));
     // Server 0 (the coordinator) finds where the checkpoints left the
-    // buckets; the others take the map from it: the running job's, when
-    // one restarts.
+    // buckets; the others take the map from it and the servers: the
+    // running job's, moves in progress included, when one restarts.
     std::function<absl::StatusOr<ShardMap>()> job_map;
-    if (rank != 0) job_map = [&config] { return FetchShardMap(config); };
+    if (rank != 0) {
+      job_map = [&config, rank] { return JoiningShardMap(config, rank); };
+    }
     if (absl::Status s = node->checkpointer_->Restore(job_map); !s.ok()) {
       return absl::Status(
           s.code(),

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -237,11 +238,34 @@ absl::Status Checkpointer::Restore(
         " buckets and ", map->num_servers(), " servers, the job ", num_buckets,
         " and ", config_.num_servers()));
   }
+  // A server joining a running job may find moves open: it keeps the rows
+  // of a bucket it is handing over (the mover may ask for them), and of a
+  // bucket moving here only those its move record of that very handover
+  // holds (then they arrived; otherwise the mover's TakeOver brings them).
+  absl::flat_hash_set<uint32_t> arrived;
+  for (const auto& [bucket, pending] : map->pending()) {
+    if (map->owner(bucket) != rank_) continue;
+    for (const VerifiedCheckpoint& record : durable->moved_in) {
+      if (record.manifest.value("map_version", uint64_t{0}) !=
+          pending.version) {
+        continue;
+      }
+      for (const auto& b :
+           record.manifest.value("buckets", nlohmann::json::array())) {
+        if (b.get<uint64_t>() == bucket) arrived.insert(bucket);
+      }
+    }
+  }
+  auto keep = [&](uint32_t bucket) {
+    const auto it = map->pending().find(bucket);
+    if (it == map->pending().end()) return map->owner(bucket) == rank_;
+    return it->second.from == rank_ || arrived.contains(bucket);
+  };
   if (!durable->checkpoint && durable->moved_in.empty()) {
     spdlog::warn("server {}: --resume but {}: no checkpoint yet: starting "
                  "from initial values",
                  rank_, server_dir_);
-    server_->AdoptMap(*map);
+    server_->AdoptMap(*map, arrived);
     return absl::OkStatus();
   }
   const VerifiedCheckpoint* ckpt =
@@ -279,7 +303,7 @@ absl::Status Checkpointer::Restore(
       std::optional<uint64_t> state_width;
       absl::Status read = ForEachDurableRow(
           *durable, table.name, name, t->dim(), num_buckets,
-          [&](uint32_t bucket) { return map->owner(bucket) == rank_; },
+          keep,
           &state_width,
           [&](uint64_t key, uint64_t updates, std::span<const float> w,
               std::span<const float> state) {
@@ -322,7 +346,7 @@ absl::Status Checkpointer::Restore(
     }
     progress_.restore(progress);
   }
-  server_->AdoptMap(*map);
+  server_->AdoptMap(*map, arrived);
   server_->TablesRestored();
   spdlog::info(
       "server {}: restored {} (saved at round {}) and {} move records after "

@@ -118,8 +118,12 @@ class PsServer final : public rpc::ParameterServer::Service {
   uint64_t map_version() const;
   // Takes `map` if it is newer than the one held (returns whether it did);
   // buckets it moves here that have not arrived start to wait for their
-  // rows (TakeOver), and a PrepareMove hold ends.
-  bool AdoptMap(ShardMap map);
+  // rows (TakeOver), and a PrepareMove hold ends. `arrived`: buckets moving
+  // here whose rows are in the tables already (a restarted server that
+  // restored them from its move record). Rows of buckets a settled move
+  // took away without a HandOver from this process (it restarted after
+  // handing them over) are dropped.
+  bool AdoptMap(ShardMap map, const absl::flat_hash_set<uint32_t>& arrived = {});
   uint64_t applied_rounds() const { return aggregator_->applied_rounds(); }
   AggregatorStats aggregator_stats() const { return aggregator_->Stats(); }
   // What GetTableInfo answers for all tables: rows, queue, latencies.
@@ -170,7 +174,14 @@ class PsServer final : public rpc::ParameterServer::Service {
   bool MustWait(const ShardMap::RequestClock& at,
                 std::span<const uint64_t> keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
+  // A move is being prepared, or one to or from this server is pending.
+  bool MoveInvolvesThisServer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
   absl::StatusOr<rpc::MovedRows> DoHandOver(const rpc::HandOverRequest& request);
+  // AdoptMap's part under the locks; `stale`: the buckets whose rows to
+  // drop once they are released.
+  bool AdoptMapLocked(ShardMap map,
+                      const absl::flat_hash_set<uint32_t>& arrived_here,
+                      absl::flat_hash_set<uint32_t>* stale);
   absl::StatusOr<uint64_t> DoTakeOver(const rpc::MovedRows& rows);
   absl::Status AwaitPull(grpc::ServerContext* context, uint32_t worker_id,
                          uint64_t clock);

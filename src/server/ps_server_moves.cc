@@ -80,15 +80,7 @@ absl::Status PsServer::RunWithoutMoves(const std::function<void()>& fn) {
   {
     absl::MutexLock lock(&move_mu_);
     const absl::Time deadline = absl::Now() + kMoveSettleWait;
-    auto involved = [&] {
-      if (hold_from_.has_value()) return true;
-      absl::MutexLock map_lock(&map_mu_);
-      for (const auto& [bucket, pending] : map_->pending()) {
-        if (pending.from == rank_ || map_->owner(bucket) == rank_) return true;
-      }
-      return false;
-    };
-    while (saving_ || involved()) {
+    while (saving_ || MoveInvolvesThisServer()) {
       if (absl::Now() >= deadline) {
         return absl::UnavailableError(absl::StrCat(
             "server ", rank_, ": a bucket move to or from it did not settle in ",
@@ -105,12 +97,54 @@ absl::Status PsServer::RunWithoutMoves(const std::function<void()>& fn) {
   return absl::OkStatus();
 }
 
-bool PsServer::AdoptMap(ShardMap map) {
+bool PsServer::MoveInvolvesThisServer() const {
+  if (hold_from_.has_value()) return true;
+  absl::MutexLock map_lock(&map_mu_);
+  for (const auto& [bucket, pending] : map_->pending()) {
+    if (pending.from == rank_ || map_->owner(bucket) == rank_) return true;
+  }
+  return false;
+}
+
+bool PsServer::AdoptMap(ShardMap map,
+                        const absl::flat_hash_set<uint32_t>& arrived_here) {
+  absl::flat_hash_set<uint32_t> stale;  // rows to drop
+  if (!AdoptMapLocked(std::move(map), arrived_here, &stale)) return false;
+  if (!stale.empty()) {
+    uint64_t dropped = 0;
+    for (const auto& [name, table] : sparse_) {
+      dropped += table->ExtractRows(
+          [&](uint64_t key) {
+            return stale.contains(BucketOfKey(key, map_num_buckets_));
+          },
+          [](uint64_t, std::span<const float>, std::span<const float>,
+             uint64_t) {});
+    }
+    spdlog::info(
+        "server {}: {} rows of {} buckets handed over before this process "
+        "started dropped",
+        rank_, dropped, stale.size());
+  }
+  return true;
+}
+
+bool PsServer::AdoptMapLocked(ShardMap map,
+                              const absl::flat_hash_set<uint32_t>& arrived_here,
+                              absl::flat_hash_set<uint32_t>* stale) {
   absl::MutexLock lock(&move_mu_);
   {
     absl::MutexLock map_lock(&map_mu_);
     if (map.version() <= map_->version()) return false;
+    // Handed over from here, settled, but not by this process's HandOver.
+    for (const auto& [bucket, pending] : map_->pending()) {
+      if (pending.from == rank_ && !map.pending().contains(bucket) &&
+          map.owner(bucket) != rank_ &&
+          (handed_ == nullptr || !handed_->contains(bucket))) {
+        stale->insert(bucket);
+      }
+    }
   }
+  arrived_.insert(arrived_here.begin(), arrived_here.end());
   // The buckets that move here wait for their rows before the map that
   // sends their requests here is in force.
   absl::flat_hash_set<uint32_t> incoming;

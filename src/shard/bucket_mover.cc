@@ -93,6 +93,8 @@ grpc::Status BucketMover::Retried(
   absl::Duration backoff = absl::Milliseconds(10);
   while (true) {
     auto context = Context();
+    // A server that restarts is waited for, not failed at once.
+    context->set_wait_for_ready(true);
     grpc::Status status = call(context.get());
     const bool transient =
         status.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -100,6 +102,8 @@ grpc::Status BucketMover::Retried(
     if (!transient || cancelled_ || absl::Now() + backoff >= give_up) {
       return status;
     }
+    spdlog::debug("bucket move: a call failed ({}), again in {}",
+                  status.error_message(), absl::FormatDuration(backoff));
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(500));
   }

@@ -86,11 +86,12 @@ class BucketMover {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ServerError(uint32_t server, const char* call,
                            const grpc::Status& status) const;
-  // `call` with a fresh deadline, made again after UNAVAILABLE or
-  // DEADLINE_EXCEEDED (back-off from 10 ms, doubling to 500 ms) for up to
-  // rpc_timeout: every call of a move is safe to repeat (HandOver answers
-  // a repeat with the same rows; TakeOver does not install rows that
-  // arrived already).
+  // `call` with a fresh deadline, waiting for a server that is not
+  // reachable yet (wait_for_ready: one restarting), made again after
+  // UNAVAILABLE or DEADLINE_EXCEEDED (back-off from 10 ms, doubling to
+  // 500 ms) for up to rpc_timeout: every call of a move is safe to repeat
+  // (HandOver answers a repeat with the same rows; TakeOver does not
+  // install rows that arrived already).
   grpc::Status Retried(
       const std::function<grpc::Status(grpc::ClientContext*)>& call) const;
   std::unique_ptr<grpc::ClientContext> Context() const;

@@ -61,7 +61,8 @@ absl::StatusOr<ShardMap> ShardMap::FromProto(const rpc::ShardMapProto& proto) {
           absl::StrCat("shard map: pending move of bucket ", m.bucket(),
                        " from server ", m.from(), " out of range"));
     }
-    pending[m.bucket()] = Pending{.from = m.from(), .cut = CutOf(m.cut())};
+    pending[m.bucket()] = Pending{
+        .from = m.from(), .cut = CutOf(m.cut()), .version = m.version()};
   }
   Changes changes;
   for (const rpc::OwnerChange& c : proto.changes()) {
@@ -80,6 +81,7 @@ void ShardMap::ToProto(rpc::ShardMapProto* proto) const {
     rpc::PendingMove* m = proto->add_pending();
     m->set_bucket(bucket);
     m->set_from(p.from);
+    m->set_version(p.version);
     CutToProto(p.cut, m->mutable_cut());
   }
   for (const auto& [version, cut] : changes_.list) {
@@ -132,7 +134,10 @@ absl::StatusOr<ShardMap> ShardMap::WithHandover(
               ? ", its owner already"
               : " out of range"));
     }
-    if (!pending.emplace(bucket, Pending{.from = owner[bucket], .cut = cut})
+    if (!pending
+             .emplace(bucket, Pending{.from = owner[bucket],
+                                      .cut = cut,
+                                      .version = version_ + 1})
              .second) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard map: bucket ", bucket, " is still being handed over"));

@@ -87,6 +87,7 @@ class ShardMap {
   struct Pending {
     uint32_t from = 0;
     Cut cut;
+    uint64_t version = 0;  // the map version that began the handover
   };
   const absl::flat_hash_map<uint32_t, Pending>& pending() const {
     return pending_;

@@ -306,12 +306,9 @@ TEST(JobConfigTest, ValidationChecksServerProfilesAndSharding) {
                                            "trigger (1.2)], got 1.3")));
   EXPECT_THAT(ValidateYaml("sharding: {max_moved_mb: 0}\n"),
               StatusIs(kInvalid, HasSubstr("sharding.max_moved_mb")));
-  EXPECT_THAT(
-      ValidateYaml("sharding: {migrate: true}\ncheckpoint: {dir: /tmp/x}\n"),
-      StatusIs(kInvalid, HasSubstr("checkpoint.max_server_restarts: 0")));
-  EXPECT_TRUE(ValidateYaml("sharding: {migrate: true}\n"
-                           "checkpoint: {dir: /tmp/x, max_server_restarts: 0}\n")
-                  .ok());
+  EXPECT_TRUE(
+      ValidateYaml("sharding: {migrate: true}\ncheckpoint: {dir: /tmp/x}\n")
+          .ok());
   EXPECT_TRUE(ValidateYaml("sharding: {migrate: true}\n").ok());
 }
 

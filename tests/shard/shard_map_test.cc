@@ -197,5 +197,21 @@ TEST(ShardMapTest, AResumedMapRefusesSplitsOfEveryEarlierMap) {
   EXPECT_TRUE(back->SplitHolds(9, at));
 }
 
+// A pending move names the map version that began it (a restarted server
+// matches it against its move records), through the proto too.
+TEST(ShardMapTest, APendingMoveKeepsTheVersionThatBeganIt) {
+  const ShardMap first = ShardMap::Uniform(2, 8);
+  auto handover = first.WithHandover({{3, 0}}, {{0, {.incarnation = 1, .clock = 4}}});
+  ASSERT_TRUE(handover.ok());
+  ASSERT_TRUE(handover->pending().contains(3));
+  EXPECT_EQ(handover->pending().at(3).version, 2u);
+  rpc::ShardMapProto proto;
+  handover->ToProto(&proto);
+  auto back = ShardMap::FromProto(proto);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->pending().at(3).version, 2u);
+  EXPECT_EQ(back->pending().at(3).from, 1u);
+}
+
 }  // namespace
 }  // namespace hetps
