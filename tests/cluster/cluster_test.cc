@@ -626,7 +626,8 @@ TEST(ClusterMigrationTest, AServerKilledWhileBucketsMoveLosesOnlyWhatItsCheckpoi
     };
   };
   const Final final = ReadFinal(endpoints, CheckedKeys());
-  for (const auto& [key, row] : final.rows) {
+  for (const auto& [k, row] : final.rows) {
+    const uint64_t key = k;  // a lambda may not capture a binding (C++17)
     for (uint64_t c = 0; c < pattern::kDim; ++c) {
       auto fits = lost_at_most_one_run(
           [&](int r) { return WorkerGrad(0, r, key, c); });
