@@ -160,6 +160,33 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   const absl::Time began = absl::Now();
   MoveReport report;
 
+  if (mode_ == ConsistencyMode::kSync) {
+    // A worker the cut does not name is past it at once. In sync that
+    // would deadlock: its requests of the round the others are in would
+    // wait at a new owner for rows that move only once the others pass
+    // the cut, and they wait for its pushes. So every live worker must
+    // have been seen first.
+    auto seen = Prepare(/*hold=*/false);
+    if (!seen.ok()) return seen.status();
+    std::vector<bool> named;
+    for (const rpc::PrepareMoveResponse& r : *seen) {
+      for (const rpc::WorkerCut& w : r.seen()) {
+        if (w.worker() >= named.size()) named.resize(w.worker() + 1, false);
+        named[w.worker()] = true;
+      }
+    }
+    for (const rpc::PrepareMoveResponse& r : *seen) {
+      for (uint32_t w : r.live_workers()) {
+        if (w >= named.size() || !named[w]) {
+          return absl::UnavailableError(absl::StrCat(
+              "bucket move: live worker ", w,
+              " has sent no request yet (in sync the cut must name every "
+              "live worker); move later"));
+        }
+      }
+    }
+  }
+
   // 1. Holds, and what every server has seen.
   auto prepared = Prepare(/*hold=*/true);
   if (!prepared.ok()) return prepared.status();

@@ -292,6 +292,12 @@ void MoveBucketsUntil(const std::vector<std::string>& endpoints,
     auto [it, first] = owner.try_emplace(bucket, start.owner(bucket));
     const uint32_t to = 1 - it->second;
     auto moved = mover.Move({{bucket, to}});
+    if (!moved.ok() && absl::StrContains(moved.status().message(),
+                                         "has sent no request yet")) {
+      // Sync, a worker not started yet: the move waits for it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
     if (!moved.ok()) {
       EXPECT_TRUE(stop) << moved.status();
       break;
