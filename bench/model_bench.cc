@@ -1,14 +1,16 @@
 // DeepFM forward + backward on one core, Criteo-shaped: 39 slots (13
 // bucketised numeric + 26 categorical) with one key each, 13 dense features,
-// k = 8, MLP 400-400-400. items/s is samples/s.
+// k = 8, MLP 400-400-400, once per instruction-set level this CPU runs
+// (train.isa; the name's middle part). items/s is samples/s.
 //
-//   model_bench --benchmark_filter=DeepFm
+//   model_bench --benchmark_filter=DeepFmTrain --benchmark_format=json
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,9 +35,10 @@ struct Fixture {
   std::vector<float> dense;
   std::vector<float> p, row_grads, dense_grad;
 
-  explicit Fixture(int batch_size) {
+  Fixture(Isa isa, int batch_size) {
     TrainConfig train;
     train.model = "deepfm";
+    train.isa = IsaName(isa);
     train.embedding_dim = 8;
     train.hidden = {400, 400, 400};
     auto created = Model::Create(train, kSlots, kDense);
@@ -80,8 +83,8 @@ struct Fixture {
   BatchParams params() const { return {row_of_key, rows, dense}; }
 };
 
-void BM_DeepFmTrain(benchmark::State& state) {
-  Fixture f(static_cast<int>(state.range(0)));
+void DeepFmTrain(benchmark::State& state, Isa isa) {
+  Fixture f(isa, static_cast<int>(state.range(0)));
   for (auto _ : state) {
     const double loss =
         f.model->Train(f.batch, f.params(), f.p, f.row_grads, f.dense_grad);
@@ -90,19 +93,37 @@ void BM_DeepFmTrain(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_DeepFmTrain)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 
-void BM_DeepFmPredict(benchmark::State& state) {
-  Fixture f(static_cast<int>(state.range(0)));
+void DeepFmPredict(benchmark::State& state, Isa isa) {
+  Fixture f(isa, static_cast<int>(state.range(0)));
   for (auto _ : state) {
     f.model->Predict(f.batch, f.params(), f.p);
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_DeepFmPredict)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace hetps
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  using hetps::Isa;
+  for (Isa isa : hetps::AvailableIsas()) {
+    const std::string level = hetps::IsaName(isa);
+    benchmark::RegisterBenchmark(("BM_DeepFmTrain/" + level).c_str(),
+                                 hetps::DeepFmTrain, isa)
+        ->Arg(256)
+        ->Arg(1024)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_DeepFmPredict/" + level).c_str(),
+                                 hetps::DeepFmPredict, isa)
+        ->Arg(256)
+        ->Arg(1024)
+        ->Unit(benchmark::kMillisecond);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -293,6 +293,11 @@ struct TrainConfig {
   int batch_size = 256;
   int embedding_dim = 8;                      // fm, deepfm
   std::vector<int> hidden = {400, 400, 400};  // deepfm MLP layer widths
+  // The instruction-set level the models' arithmetic runs at (see
+  // model/model.h, Isa): auto (the highest this CPU has: avx512, avx2 or
+  // sse2) | sse2 | avx2 | avx512. Naming a level the worker's CPU lacks
+  // fails the worker's start, naming what the CPU has.
+  std::string isa = "auto";
   OptimizerConfig optimizer;                  // the sparse table
   OptimizerConfig dense_optimizer = {.type = "adam", .learning_rate = 0.001f};
   InitializerConfig init;  // sparse rows (dense weights: the model's own)

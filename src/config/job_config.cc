@@ -193,6 +193,7 @@ void Fields(TrainConfig& c, Visit&& visit) {
   visit("batch_size", c.batch_size);
   visit("embedding_dim", c.embedding_dim);
   visit("hidden", c.hidden);
+  visit("isa", c.isa);
   visit("optimizer", c.optimizer);
   visit("dense_optimizer", c.dense_optimizer);
   visit("init", c.init);

@@ -25,6 +25,7 @@ constexpr absl::string_view kInitializerTypes[] = {"zero", "uniform", "normal"};
 // Built-in models (src/model/), plus "none" for jobs whose own code drives
 // the PsClient API.
 constexpr absl::string_view kModels[] = {"lr", "fm", "deepfm", "none"};
+constexpr absl::string_view kIsas[] = {"auto", "sse2", "avx2", "avx512"};
 constexpr absl::string_view kDataFormats[] = {"synthetic", "movielens",
                                               "criteo", "libsvm", "libfm"};
 constexpr absl::string_view kLogLevels[] = {"trace", "debug", "info", "warn",
@@ -261,6 +262,8 @@ absl::Status ValidateTrain(const TrainConfig& train) {
       CheckAtLeast("train.data.chunks", train.data.chunks, 0));
   CONFIG_RETURN_IF_ERROR(
       CheckOneOf("train.model", "model", train.model, kModels));
+  CONFIG_RETURN_IF_ERROR(
+      CheckOneOf("train.isa", "instruction-set level", train.isa, kIsas));
   CONFIG_RETURN_IF_ERROR(CheckOneOf("train.data.format", "format",
                                     train.data.format, kDataFormats));
   if (train.data.format != "synthetic" && train.data.path.empty()) {

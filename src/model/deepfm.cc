@@ -67,6 +67,7 @@ class DeepFmModel final : public Model {
   }
 
   const char* name() const override { return "deepfm"; }
+  Isa isa() const override { return kCompiledIsa; }
   uint64_t row_dim() const override { return 1 + static_cast<uint64_t>(k_); }
   uint64_t dense_size() const override { return dense_size_; }
   uint64_t activation_floats() const override {

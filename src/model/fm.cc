@@ -21,6 +21,7 @@ class FmModel final : public Model {
       : train_(train), num_slots_(num_slots), k_(train.embedding_dim) {}
 
   const char* name() const override { return "fm"; }
+  Isa isa() const override { return kCompiledIsa; }
   uint64_t row_dim() const override { return 1 + static_cast<uint64_t>(k_); }
   uint64_t dense_size() const override { return 1; }
 

@@ -16,6 +16,7 @@ class LrModel final : public Model {
   explicit LrModel(const TrainConfig& train) : train_(train) {}
 
   const char* name() const override { return "lr"; }
+  Isa isa() const override { return kCompiledIsa; }
   uint64_t row_dim() const override { return 1; }
   uint64_t dense_size() const override { return 1; }
 

@@ -14,6 +14,9 @@
 // Gradients are those of that mean, so a server that averages pushes by batch
 // size recovers the gradient of the global batch.
 //
+// The arithmetic runs at the instruction-set level train.isa names (see Isa
+// below); "auto" picks the highest this CPU has.
+//
 // Thread-safe: a Model holds only its shape. fm and deepfm keep their
 // activation buffers in per-thread scratch that lives until the thread exits
 // (about 10 MB for deepfm 400-400-400 at batch 1024): allocating them per call
@@ -32,6 +35,29 @@
 
 namespace hetps {
 
+// The instruction-set levels the built-in models are compiled for. Each is
+// the same source (lr.cc, fm.cc, deepfm.cc, models.cc) compiled with that
+// level's flags: sse2, which every x86-64 CPU runs, is linked into every
+// binary; avx2 (AVX2 + FMA + BMI1/2 + F16C) and avx512 (that plus AVX-512
+// F/BW/CD/DQ/VL) are shared modules embedded in the binary (x86-64 builds)
+// and loaded, when first asked for, only on a CPU that has the level. A
+// module keeps every symbol to itself, so its Eigen and standard-library
+// code never stands in for the baseline's (isa.cc).
+enum class Isa { kSse2, kAvx2, kAvx512 };
+
+// "sse2", "avx2", "avx512": the names train.isa takes.
+const char* IsaName(Isa isa);
+
+// The levels this process can run, lowest first: kSse2, then each level the
+// CPU has and whose module loaded (a module that fails to load is logged
+// once with the reason and left out).
+std::vector<Isa> AvailableIsas();
+
+// The level `train_isa` (train.isa) selects: the highest available one for
+// "auto". INVALID_ARGUMENT for an unknown name; FAILED_PRECONDITION naming
+// the available levels for one this CPU (or this build) cannot run.
+absl::StatusOr<Isa> SelectIsa(const std::string& train_isa);
+
 // The parameters of one batch, as pulled: `row_of_key[j]` is the row in
 // `rows` (row-major, row_dim() floats each) of batch.keys[j].
 struct BatchParams {
@@ -43,7 +69,8 @@ struct BatchParams {
 class Model {
  public:
   // INVALID_ARGUMENT naming the field for a bad shape (unknown
-  // train.model, embedding_dim < 1, a hidden width < 1). An empty
+  // train.model, embedding_dim < 1, a hidden width < 1); SelectIsa's errors
+  // for train.isa. An empty
   // train.hidden makes deepfm's deep part one linear layer.
   // `num_slots`/`num_dense` come from the data reader.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const TrainConfig& train,
@@ -52,6 +79,8 @@ class Model {
   virtual ~Model() = default;
 
   virtual const char* name() const = 0;
+  // The level this model's arithmetic runs at.
+  virtual Isa isa() const = 0;
   virtual uint64_t row_dim() const = 0;
   virtual uint64_t dense_size() const = 0;
   // Floats of activations (and their gradients) one sample keeps during

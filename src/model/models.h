@@ -23,13 +23,41 @@
 #include "hetps/config.h"
 #include "model/model.h"
 
+// The level this copy of the models is compiled for: the build defines
+// HETPS_MODEL_ISA for each ISA module (kAvx2, kAvx512); the baseline linked
+// into every binary is kSse2.
+#ifndef HETPS_MODEL_ISA
+#define HETPS_MODEL_ISA kSse2
+#endif
+
 namespace hetps::model_internal {
+
+inline constexpr Isa kCompiledIsa = Isa::HETPS_MODEL_ISA;
 
 // Factories; the arguments were validated by Model::Create.
 std::unique_ptr<Model> NewLrModel(const TrainConfig& train);
 std::unique_ptr<Model> NewFmModel(const TrainConfig& train, int num_slots);
 std::unique_ptr<Model> NewDeepFmModel(const TrainConfig& train, int num_slots,
                                       int num_dense);
+
+// The factories of one compiled copy of the models, as Model::Create finds
+// them: the baseline's directly, an ISA module's through its one exported
+// symbol, kModuleEntry (isa.cc).
+struct ModelFactories {
+  Isa isa;
+  std::unique_ptr<Model> (*lr)(const TrainConfig& train);
+  std::unique_ptr<Model> (*fm)(const TrainConfig& train, int num_slots);
+  std::unique_ptr<Model> (*deepfm)(const TrainConfig& train, int num_slots,
+                                   int num_dense);
+};
+inline constexpr ModelFactories kCompiledModels = {
+    kCompiledIsa, NewLrModel, NewFmModel, NewDeepFmModel};
+// The factories of `isa`, which SelectIsa returned (the baseline's for a
+// level that is not available).
+const ModelFactories& FactoriesFor(Isa isa);
+// The name of an ISA module's entry point: extern "C", no arguments,
+// returns a const ModelFactories* (isa_module.cc).
+inline constexpr char kModuleEntry[] = "hetps_model_factories";
 
 // The two TableConfigs every model exposes: "<model>_emb" (sparse, row_dim
 // floats per key, train.optimizer / train.init) and "<model>_dense" (dense,

@@ -22,10 +22,10 @@ absl::Status Trainer::Start() {
   session_ = std::move(*session);
   steps_ = std::make_unique<StepRunner>(*model_, session_->client(),
                                         session_->device(), clock_);
-  spdlog::info("training {} on {} ({} slots, {} dense); {}",
-               config_.train.model, config_.train.data.format,
-               shape_.data.num_slots, shape_.data.num_dense,
-               session_->device().Describe());
+  spdlog::info("training {} ({}) on {} ({} slots, {} dense); {}",
+               config_.train.model, IsaName(model_->isa()),
+               config_.train.data.format, shape_.data.num_slots,
+               shape_.data.num_dense, session_->device().Describe());
   if (rank_ == 0 && config_.train.eval_every_s > 0) {
     periodic_ = std::make_unique<PeriodicEvaluator>(config_, *model_, clock_,
                                                     session_->start());

@@ -379,7 +379,7 @@ TEST(ClusterMigrationTest, SemiAsyncBucketsMovingEveryFewMsLoseNoUpdate) {
 struct CheckpointedMigration {
   std::string mode;
   int workers = 3;
-  std::string extra_config;
+  std::string extra_config = "";
   std::function<Final(int rounds)> expected;
 };
 

@@ -254,6 +254,10 @@ TEST(JobConfigTest, ValidationNamesTheField) {
       StatusIs(
           kInvalid,
           "train.model: unknown model 'dnn' (expected lr, fm, deepfm, none)"));
+  EXPECT_THAT(ValidateYaml("train: {isa: avx3}\n"),
+              StatusIs(kInvalid,
+                       "train.isa: unknown instruction-set level 'avx3' "
+                       "(expected auto, sse2, avx2, avx512)"));
   EXPECT_THAT(ValidateYaml("client: {rpc_timeout_s: 0}\n"),
               StatusIs(kInvalid, HasSubstr("client.rpc_timeout_s: must be")));
   EXPECT_THAT(ValidateYaml("server: {heartbeat_timeout_s: -1}\n"),

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -8,6 +9,8 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,6 +20,10 @@
 #include "support/test_support.h"
 
 namespace hetps {
+
+// Test names and failures show a level by its name.
+void PrintTo(Isa isa, std::ostream* os) { *os << IsaName(isa); }
+
 namespace {
 
 using ::hetps::testing::StatusIs;
@@ -28,9 +35,10 @@ double Softplus(double z) {
 double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
 TrainConfig MakeTrain(const std::string& model, int k = 3,
-                      std::vector<int> hidden = {5, 3}) {
+                      std::vector<int> hidden = {5, 3}, Isa isa = Isa::kSse2) {
   TrainConfig train;
   train.model = model;
+  train.isa = IsaName(isa);
   train.embedding_dim = k;
   train.hidden = std::move(hidden);
   train.optimizer = {.type = "adagrad", .learning_rate = 0.07f};
@@ -348,19 +356,25 @@ void PrintTo(const ModelCase& c, std::ostream* os) {
   *os << "} num_dense " << c.num_dense;
 }
 
-class GradientCheckTest : public ::testing::TestWithParam<ModelCase> {};
+// Every model at every instruction-set level this CPU runs.
+class GradientCheckTest
+    : public ::testing::TestWithParam<std::tuple<ModelCase, Isa>> {
+ protected:
+  const ModelCase& c = std::get<0>(GetParam());
+  TrainConfig Train() const {
+    return MakeTrain(c.model, 3, c.hidden, std::get<1>(GetParam()));
+  }
+};
 
 TEST_P(GradientCheckTest, MatchesCentralDifferencesOfTheMeanLoss) {
-  const ModelCase& c = GetParam();
-  auto model = MustCreate(MakeTrain(c.model, 3, c.hidden), 3, c.num_dense);
+  auto model = MustCreate(Train(), 3, c.num_dense);
   ASSERT_NE(model, nullptr);
   PulledBatch pulled = SmallBatch(*model, c.num_dense, /*seed=*/5);
   EXPECT_TRUE(GradientsMatch(*model, pulled));
 }
 
 TEST_P(GradientCheckTest, PredictEqualsTheProbabilitiesOfTrain) {
-  const ModelCase& c = GetParam();
-  auto model = MustCreate(MakeTrain(c.model, 3, c.hidden), 3, c.num_dense);
+  auto model = MustCreate(Train(), 3, c.num_dense);
   ASSERT_NE(model, nullptr);
   const PulledBatch pulled = SmallBatch(*model, c.num_dense, /*seed=*/9);
   const TrainResult r = RunTrain(*model, pulled);
@@ -380,8 +394,7 @@ TEST_P(GradientCheckTest, PredictEqualsTheProbabilitiesOfTrain) {
 // previous one's leftovers, whatever its batch size or model, and another
 // thread must compute the same thing.
 TEST_P(GradientCheckTest, CallsAreIndependentOfEarlierCalls) {
-  const ModelCase& c = GetParam();
-  auto model = MustCreate(MakeTrain(c.model, 3, c.hidden), 3, c.num_dense);
+  auto model = MustCreate(Train(), 3, c.num_dense);
   auto other = MustCreate(MakeTrain("deepfm", 3, {7}), 3, c.num_dense);
   ASSERT_NE(model, nullptr);
   ASSERT_NE(other, nullptr);
@@ -411,14 +424,136 @@ TEST_P(GradientCheckTest, CallsAreIndependentOfEarlierCalls) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllModels, GradientCheckTest,
-    ::testing::Values(ModelCase{"lr", {}, 0}, ModelCase{"fm", {}, 0},
-                      ModelCase{"deepfm", {5, 3}, 2},
-                      ModelCase{"deepfm", {}, 2}, ModelCase{"deepfm", {4}, 0}),
-    [](const ::testing::TestParamInfo<ModelCase>& info) {
-      std::string name = info.param.model;
-      for (int w : info.param.hidden) name += "_" + std::to_string(w);
-      return name + "_dense" + std::to_string(info.param.num_dense);
+    ::testing::Combine(
+        ::testing::Values(ModelCase{"lr", {}, 0}, ModelCase{"fm", {}, 0},
+                          ModelCase{"deepfm", {5, 3}, 2},
+                          ModelCase{"deepfm", {}, 2},
+                          ModelCase{"deepfm", {4}, 0}),
+        ::testing::ValuesIn(AvailableIsas())),
+    [](const ::testing::TestParamInfo<std::tuple<ModelCase, Isa>>& info) {
+      const ModelCase& c = std::get<0>(info.param);
+      std::string name = c.model;
+      for (int w : c.hidden) name += "_" + std::to_string(w);
+      return name + "_dense" + std::to_string(c.num_dense) + "_" +
+             IsaName(std::get<1>(info.param));
     });
+
+// What each level computes differs from the baseline only by rounding: the
+// modules contract a*b+c into one FMA (one rounding instead of two) and sum
+// in a different order (wider vectors, other GEMM blocking). Every output is
+// built from sums of at most K = 120 terms per layer here (the widest layer,
+// or the batch for a weight gradient), each of which can move by K·u of the
+// sum of its terms' magnitudes (u = 2^-24 ≈ 6e-8, so ~7e-6), through up to
+// 2 · 3 layers forward and back; 1e-4 of the largest magnitude in each output
+// bounds that with room (measured: at most 3.6e-7 of it, deepfm at avx2 and
+// avx512 on a Xeon with AVX-512), while a wrong kernel (a lost term, a stale
+// register, a transposed block) moves outputs by their own size.
+TEST(IsaTest, EveryLevelComputesWhatTheBaselineComputes) {
+  constexpr int kSlots = 6;
+  constexpr int kDense = 4;
+  constexpr int kSamples = 120;
+  std::mt19937 rng(17);
+  std::vector<std::vector<std::vector<uint64_t>>> samples(kSamples);
+  std::vector<float> labels(kSamples);
+  for (int i = 0; i < kSamples; ++i) {
+    labels[i] = static_cast<float>(rng() % 3 == 0);
+    for (int s = 0; s < kSlots; ++s) {
+      std::vector<uint64_t> slot(rng() % 3);  // 0, 1 or 2 keys
+      for (uint64_t& key : slot) key = s * 1000 + rng() % 40;
+      samples[i].push_back(std::move(slot));
+    }
+  }
+  const std::vector<Isa> isas = AvailableIsas();
+  for (const auto& [name, hidden] :
+       std::vector<std::pair<std::string, std::vector<int>>>{
+           {"lr", {}}, {"fm", {}}, {"deepfm", {100, 64, 32}}}) {
+    auto baseline = MustCreate(MakeTrain(name, 8, hidden, Isa::kSse2), kSlots,
+                               kDense);
+    ASSERT_NE(baseline, nullptr);
+    const PulledBatch pulled =
+        MakeBatch(samples, labels, kDense, baseline->row_dim(),
+                  baseline->dense_size(), /*seed=*/3);
+    const TrainResult want = RunTrain(*baseline, pulled);
+    for (Isa isa : isas) {
+      SCOPED_TRACE(std::string(name) + " at " + IsaName(isa));
+      auto model = MustCreate(MakeTrain(name, 8, hidden, isa), kSlots, kDense);
+      ASSERT_NE(model, nullptr);
+      EXPECT_EQ(model->isa(), isa);
+      const TrainResult got = RunTrain(*model, pulled);
+      const auto expect_close = [](const std::vector<float>& a,
+                                   const std::vector<float>& b,
+                                   const char* what) {
+        ASSERT_EQ(a.size(), b.size()) << what;
+        float scale = 0;
+        for (float x : b) scale = std::max(scale, std::abs(x));
+        ASSERT_GT(scale, 0.0f) << what << " is all zeros";
+        float worst = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          worst = std::max(worst, std::abs(a[i] - b[i]));
+        }
+        EXPECT_LE(worst, 1e-4f * scale) << what;
+      };
+      expect_close(got.p, want.p, "p");
+      expect_close(got.row_grads, want.row_grads, "row grads");
+      expect_close(got.dense_grad, want.dense_grad, "dense grad");
+      EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-4 * want.loss_sum);
+    }
+  }
+}
+
+// The levels are found from the CPU here independently of isa.cc: on a CPU
+// that has a level, its module must have loaded (an embedding or link
+// mistake fails this test), and "auto" must take the highest.
+TEST(IsaTest, AutoRunsTheHighestLevelThisCpuHas) {
+  std::vector<Isa> expected = {Isa::kSse2};
+#if defined(__x86_64__)
+  const bool avx2 = __builtin_cpu_supports("avx2") &&
+                    __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  if (avx2) expected.push_back(Isa::kAvx2);
+  if (avx512) expected.push_back(Isa::kAvx512);
+#endif
+  EXPECT_EQ(AvailableIsas(), expected);
+  const auto selects = [](const std::string& name, Isa isa) {
+    const absl::StatusOr<Isa> selected = SelectIsa(name);
+    ASSERT_TRUE(selected.ok()) << name << ": " << selected.status();
+    EXPECT_EQ(*selected, isa) << name;
+  };
+  selects("auto", expected.back());
+  TrainConfig automatic = MakeTrain("deepfm", 4, {8});
+  automatic.isa = "auto";
+  auto chosen = MustCreate(automatic, 3, 0);
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_EQ(chosen->isa(), expected.back());
+  for (Isa isa : expected) selects(IsaName(isa), isa);
+  // A level named that this machine cannot run is refused with the reason.
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (std::find(expected.begin(), expected.end(), isa) != expected.end()) {
+      continue;
+    }
+    EXPECT_THAT(SelectIsa(IsaName(isa)),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("cannot run here")));
+  }
+}
+
+TEST(IsaTest, AnUnknownLevelIsRefusedNamingTheKnownOnes) {
+  EXPECT_THAT(SelectIsa("avx1024"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'avx1024' (expected auto, sse2, avx2, "
+                                 "avx512)")));
+  TrainConfig train = MakeTrain("lr");
+  train.isa = "neon";
+  EXPECT_THAT(Model::Create(train, 3, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train.isa")));
+}
 
 // In-process SGD on a problem only the interactions can solve: the label is
 // the XOR of the parities of the two slots' ids, so every first-order weight
