@@ -1,10 +1,14 @@
 // DeepFM forward + backward on one core, Criteo-shaped: 39 slots (13
 // bucketised numeric + 26 categorical) with one key each, 13 dense features,
 // k = 8, MLP 400-400-400, once per instruction-set level this CPU runs
-// (train.isa; the name's middle part). items/s is samples/s.
+// (train.isa; the name's middle part). items/s is samples/s; flop/s counts
+// the MLP's multiply-adds (2 flops each), the work an FMA unit can do.
+// BM_FmaPeak/<level> is the core's own ceiling for that: independent
+// fused multiply-adds on registers, nothing else.
 //
 //   model_bench --benchmark_filter=DeepFmTrain --benchmark_format=json
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +30,21 @@ namespace {
 constexpr int kSlots = 39;
 constexpr int kDense = 13;
 constexpr uint64_t kIdsPerSlot = 100000;
+constexpr int kEmbeddingDim = 8;
+const std::vector<int> kHidden = {400, 400, 400};
+
+// Multiply-adds of the MLP per sample: forward x·W for every layer (input
+// S·k + dense, the hidden widths, 1). Training does that three times: the
+// forward pass, the weights' gradients, the inputs' gradients.
+double MlpMultiplyAdds() {
+  int in = kSlots * kEmbeddingDim + kDense;
+  double total = 0;
+  for (int width : kHidden) {
+    total += static_cast<double>(in) * width;
+    in = width;
+  }
+  return total + in;
+}
 
 struct Fixture {
   std::unique_ptr<Model> model;
@@ -39,8 +58,8 @@ struct Fixture {
     TrainConfig train;
     train.model = "deepfm";
     train.isa = IsaName(isa);
-    train.embedding_dim = 8;
-    train.hidden = {400, 400, 400};
+    train.embedding_dim = kEmbeddingDim;
+    train.hidden = kHidden;
     auto created = Model::Create(train, kSlots, kDense);
     if (!created.ok()) std::abort();
     model = std::move(*created);
@@ -92,6 +111,9 @@ void DeepFmTrain(benchmark::State& state, Isa isa) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.counters["flop/s"] = benchmark::Counter(
+      2 * 3 * MlpMultiplyAdds() * state.iterations() * state.range(0),
+      benchmark::Counter::kIsRate);
 }
 
 void DeepFmPredict(benchmark::State& state, Isa isa) {
@@ -101,6 +123,46 @@ void DeepFmPredict(benchmark::State& state, Isa isa) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.counters["flop/s"] = benchmark::Counter(
+      2 * MlpMultiplyAdds() * state.iterations() * state.range(0),
+      benchmark::Counter::kIsRate);
+}
+
+// 16 independent accumulators: enough to keep two FMA units busy through a
+// 4-cycle latency. Each returns the flops done (2 per lane per FMA).
+__attribute__((target("avx2,fma"))) double FmaLoopAvx2(int64_t rounds) {
+  const __m256 mul = _mm256_set1_ps(0.999f);
+  __m256 acc[16];
+  for (__m256& a : acc) a = mul;
+  for (int64_t r = 0; r < rounds; ++r) {
+#pragma GCC unroll 16
+    for (__m256& a : acc) a = _mm256_fmadd_ps(a, mul, mul);
+  }
+  float sink = 0;
+  for (__m256& a : acc) sink += _mm256_cvtss_f32(a);
+  benchmark::DoNotOptimize(sink);
+  return 2.0 * 8 * 16 * static_cast<double>(rounds);
+}
+
+__attribute__((target("avx512f"))) double FmaLoopAvx512(int64_t rounds) {
+  const __m512 mul = _mm512_set1_ps(0.999f);
+  __m512 acc[16];
+  for (__m512& a : acc) a = mul;
+  for (int64_t r = 0; r < rounds; ++r) {
+#pragma GCC unroll 16
+    for (__m512& a : acc) a = _mm512_fmadd_ps(a, mul, mul);
+  }
+  float sink = 0;
+  for (__m512& a : acc) sink += _mm512_cvtss_f32(a);
+  benchmark::DoNotOptimize(sink);
+  return 2.0 * 16 * 16 * static_cast<double>(rounds);
+}
+
+void FmaPeak(benchmark::State& state, double (*loop)(int64_t)) {
+  double flops = 0;
+  for (auto _ : state) flops += loop(1 << 20);
+  state.counters["flop/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsRate);
 }
 
 }  // namespace
@@ -120,6 +182,15 @@ int main(int argc, char** argv) {
         ->Arg(256)
         ->Arg(1024)
         ->Unit(benchmark::kMillisecond);
+  }
+  for (Isa isa : hetps::AvailableIsas()) {
+    if (isa == Isa::kAvx2) {
+      benchmark::RegisterBenchmark("BM_FmaPeak/avx2", hetps::FmaPeak,
+                                   hetps::FmaLoopAvx2);
+    } else if (isa == Isa::kAvx512) {
+      benchmark::RegisterBenchmark("BM_FmaPeak/avx512", hetps::FmaPeak,
+                                   hetps::FmaLoopAvx512);
+    }
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
