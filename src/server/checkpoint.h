@@ -83,6 +83,13 @@ absl::StatusOr<std::string> ReadCheckpointFile(const VerifiedCheckpoint& ckpt,
 // `server_dir`/moved-in.
 std::string MoveRecordDir(const std::string& server_dir);
 
+// Deletes the move records under `server_dir` that no restore reads: those
+// each of whose buckets a newer record there (by map version, then
+// sequence) holds too. A server whose buckets come and go between saves so
+// keeps at most one record per bucket instead of one per move; a save
+// deletes the records its checkpoint covers. Returns how many it deleted.
+size_t DropCoveredMoveRecords(const std::string& server_dir);
+
 // What of one server survives it: its newest checkpoint (none: nothing
 // saved yet) and the move records newer than that checkpoint's map, by
 // map version.

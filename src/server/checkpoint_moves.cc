@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/bytes.h"
 #include "hetps.pb.h"
@@ -31,6 +32,43 @@ uint64_t RecordMapVersion(const VerifiedCheckpoint& record) {
 
 std::string MoveRecordDir(const std::string& server_dir) {
   return (fs::path(server_dir) / "moved-in").string();
+}
+
+size_t DropCoveredMoveRecords(const std::string& server_dir) {
+  struct Record {
+    uint64_t version = 0;
+    uint64_t seq = 0;
+    std::string path;
+    std::vector<uint32_t> buckets;
+  };
+  std::vector<Record> records;
+  for (const auto& [seq, path] : ListCheckpoints(MoveRecordDir(server_dir))) {
+    auto manifest = ReadManifest(path);
+    // A record whose manifest does not read stays: ReadDurableRows reports
+    // it, and nothing here can say what it covers.
+    if (!manifest.ok() || !manifest->manifest.contains("buckets")) continue;
+    records.push_back(
+        {RecordMapVersion(*manifest), seq, path,
+         manifest->manifest["buckets"].get<std::vector<uint32_t>>()});
+  }
+  std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) {
+    return std::make_pair(a.version, a.seq) > std::make_pair(b.version, b.seq);
+  });
+  absl::flat_hash_set<uint32_t> newer;  // buckets of the records seen so far
+  size_t dropped = 0;
+  for (const Record& record : records) {
+    const bool covered = std::all_of(
+        record.buckets.begin(), record.buckets.end(),
+        [&newer](uint32_t b) { return newer.contains(b); });
+    if (covered) {
+      std::error_code ec;
+      fs::remove_all(record.path, ec);
+      if (!ec) ++dropped;
+      continue;
+    }
+    newer.insert(record.buckets.begin(), record.buckets.end());
+  }
+  return dropped;
 }
 
 absl::StatusOr<DurableRows> ReadDurableRows(const std::string& server_dir,

@@ -104,6 +104,7 @@ absl::Status Checkpointer::RecordMovedIn(const rpc::MovedRows& rows,
   auto path = (*writer)->Commit(std::move(manifest));
   if (!path.ok()) return path.status();
   ++next_record_;
+  DropCoveredMoveRecords(server_dir_);
   return absl::OkStatus();
 }
 

@@ -345,6 +345,49 @@ TEST(CheckpointProgressTest, ProgressHooksRoundTrip) {
 // server are written down as a move record; a resume gives each bucket to
 // the server holding its newest rows and restores them there only; export
 // takes each row once, from there.
+// Between saves, a bucket that moves here again and again leaves one record,
+// not one per move: a record each of whose buckets a newer record holds is
+// deleted when the newer one is written; restores read the same rows.
+TEST(CheckpointMovesTest, RecordsEveryBucketOfWhichIsInANewerOneAreDeleted) {
+  TempDir dir;
+  JobConfig config = CheckpointJob(dir.path());
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  auto server = PsServer::Create(config, 1);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Checkpointer checkpointer(config, 1, server->get());
+  const std::string server_dir = ServerCheckpointDir(dir.path(), 1);
+  // Records of buckets (no rows needed), at map versions 2, 3, ...
+  uint64_t version = 1;
+  const auto record = [&](std::vector<uint32_t> buckets) {
+    ++version;
+    rpc::MovedRows rows;
+    for (uint32_t b : buckets) rows.add_buckets(b);
+    ASSERT_TRUE(checkpointer.RecordMovedIn(rows, version).ok());
+  };
+  const auto kept = [&] {
+    std::vector<std::pair<uint64_t, std::vector<uint32_t>>> out;
+    auto durable = ReadDurableRows(server_dir, /*verify_files=*/true, nullptr);
+    EXPECT_TRUE(durable.ok()) << durable.status();
+    if (!durable.ok()) return out;
+    for (const VerifiedCheckpoint& r : durable->moved_in) {
+      out.emplace_back(r.manifest["map_version"].get<uint64_t>(),
+                       r.manifest["buckets"].get<std::vector<uint32_t>>());
+    }
+    return out;
+  };
+  using Kept = std::vector<std::pair<uint64_t, std::vector<uint32_t>>>;
+  record({1, 2});  // v2
+  record({2});     // v3: bucket 1 is only in v2's record, which stays
+  EXPECT_EQ(kept(), (Kept{{2, {1, 2}}, {3, {2}}}));
+  record({1});  // v4: v2's buckets are all in newer records now
+  EXPECT_EQ(kept(), (Kept{{3, {2}}, {4, {1}}}));
+  record({5, 2});  // v5 covers v3 (bucket 2); v4 holds bucket 1
+  EXPECT_EQ(kept(), (Kept{{4, {1}}, {5, {5, 2}}}));
+  for (int i = 0; i < 20; ++i) record({1});
+  EXPECT_EQ(kept(), (Kept{{5, {5, 2}}, {25, {1}}}))
+      << "twenty moves of bucket 1 leave its newest record only";
+}
+
 TEST(CheckpointMovesTest, SavesWaitForMovesAndMovedRowsResumeWhereTheyWent) {
   TempDir dir;
   JobConfig config = CheckpointJob(dir.path());
@@ -420,7 +463,9 @@ TEST(CheckpointMovesTest, SavesWaitForMovesAndMovedRowsResumeWhereTheyWent) {
   EXPECT_EQ(map->owner(bucket), 1u);
   const ShardMap first = ShardMap::Uniform(2, buckets);
   for (uint32_t b = 0; b < buckets; ++b) {
-    if (b != bucket) ASSERT_EQ(map->owner(b), first.owner(b)) << b;
+    if (b != bucket) {
+      ASSERT_EQ(map->owner(b), first.owner(b)) << b;
+    }
   }
 
   config.checkpoint.resume = true;
