@@ -17,16 +17,21 @@ out=$(mktemp -d /tmp/hetps-mpirun.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
+# Each rank's output also goes to a file of its own: mpirun forwards the
+# ranks' output in pieces of at most 1 KiB, so a long line (a worker's
+# report) can be cut by another rank's in the merged log.
 if ! timeout 240 mpirun --allow-run-as-root --oversubscribe -np 6 \
+  --output-filename "$out/ranks" \
   "$hetps" run "$root/examples/movielens.yaml" --set train.epochs=1 \
   --set "cluster.rendezvous=127.0.0.1:$port" >"$out/mpirun.log" 2>&1; then
   tail -40 "$out/mpirun.log"
   echo "FAIL: mpirun exited non-zero"
   exit 1
 fi
-grep -c 'every worker is done: stopping' "$out/mpirun.log" |
+cat "$out"/ranks/*/rank.*/std* >"$out/by-rank.log"
+grep -c 'every worker is done: stopping' "$out/by-rank.log" |
   grep -qx 2 || { tail -20 "$out/mpirun.log"; echo "FAIL: servers did not stop by themselves"; exit 1; }
-grep -h -o 'HETPS_REPORT .*' "$out/mpirun.log" | cut -d' ' -f2- | "$python" -c '
+grep -h -o 'HETPS_REPORT .*' "$out"/ranks/*/rank.*/stdout | cut -d' ' -f2- | "$python" -c '
 import json, sys
 reports = {r["rank"]: r for r in map(json.loads, sys.stdin)}
 print("reports from workers %s, test AUC %.4f"
