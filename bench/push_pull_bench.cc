@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     if (auto s = hetps::bench::StartServers(group, HETPS_BINARY, config_path,
                                             servers, listening);
         !s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
       return 1;
     }
 

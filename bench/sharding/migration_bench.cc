@@ -122,7 +122,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   if (auto s = hetps::bench::StartServers(group, HETPS_BINARY, config_path,
                                           c.servers, listening);
       !s.ok()) {
-    return {{"error", s.ToString()}};
+    return {{"error", s.status().ToString()}};
   }
 
   const hetps::ZipfTable zipf(kRows, c.zipf);

@@ -57,11 +57,12 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
       config, rank, InitialWindow(config, ProfiledThroughputs(config)));
   if (!ps.ok()) return ps.status();
   node->ps_ = std::move(*ps);
+  node->service_ = std::make_unique<PsService>(node->ps_.get());
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder, listen_address,
                          config.server.max_message_bytes, config.credentials,
                          &node->port_);
-  builder.RegisterService(node->ps_.get());
+  builder.RegisterService(node->service_.get());
   if (rank == 0) {
     node->coordinator_ =
         std::make_unique<Coordinator>(config, shape.bytes_per_sample);

@@ -18,6 +18,7 @@
 #include "model/job_shape.h"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
+#include "server/ps_service.h"
 
 namespace hetps {
 
@@ -58,6 +59,7 @@ class ServerNode {
                             const std::string& listen_address);
 
   std::unique_ptr<PsServer> ps_;
+  std::unique_ptr<PsService> service_;  // gRPC's face of ps_
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null without checkpoint.dir
   std::unique_ptr<grpc::Server> server_;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "server/aggregator_modes.h"
 
@@ -38,8 +39,7 @@ class AsyncAggregator final : public Aggregator {
     return absl::OkStatus();
   }
 
-  absl::Status AwaitPull(uint32_t, uint64_t, absl::Time,
-                         const std::function<bool()>&) override {
+  std::optional<absl::Status> AdmitPull(PullWait, PullAdmitted) override {
     pulls_.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();
   }
@@ -92,59 +92,38 @@ class SyncAggregator final : public Aggregator {
       : clock_(clock),
         live_(num_workers),
         full_round_(num_workers, options.job_batch),
-        warmup_(options.warmup_rounds) {}
+        warmup_(options.warmup_rounds),
+        ticker_(clock, kPollEvery, [this] { Tick(); }) {}
 
   absl::Status Push(const PushView& push) override {
-    absl::MutexLock lock(&mu_);
-    if (push.clock < applied_) {
-      if (rounds_seen_.contains({push.clock, push.worker_id})) {
-        return absl::OkStatus();  // retry of a push already applied
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("push of worker ", push.worker_id, " for round ",
-                       push.clock, " arrived after that round was applied (",
-                       applied_, " rounds applied)"));
-    }
-    if (auto s = live_.RefuseUnlessLive(push.worker_id); !s.ok()) return s;
-    Round& round = rounds_[push.clock];
-    if (!round.contributors.insert(push.worker_id).second) {
-      return absl::OkStatus();  // retry of a push already queued
-    }
-    round.sum.Add(push, 1.0f);
-    ++pushes_;
-    live_.NoteClock(push.worker_id, push.clock + 1);
-    rounds_seen_.insert({push.clock, push.worker_id});
-    CloseReadyRounds();
-    return absl::OkStatus();
+    WaitingPulls::Outcomes outcomes;
+    return Accept(push, outcomes);
   }
 
-  absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
-                         absl::Time deadline,
-                         const std::function<bool()>& cancelled) override {
-    absl::MutexLock lock(&mu_);
-    ++pulls_;
-    if (live_.NoteClock(worker_id, clock)) CloseReadyRounds();
-    while (applied_ < clock) {
-      if (cancelled && cancelled()) {
-        return absl::CancelledError("pull cancelled by the caller");
+  std::optional<absl::Status> AdmitPull(PullWait wait,
+                                        PullAdmitted admitted) override {
+    WaitingPulls::Outcomes outcomes;
+    std::optional<absl::Status> now;
+    {
+      absl::MutexLock lock(&mu_);
+      ++pulls_;
+      if (live_.NoteClock(wait.worker_id, wait.clock)) {
+        CloseReadyRounds(outcomes);
       }
-      if (clock_.Now() >= deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("pull of worker ", worker_id, " at clock ", clock,
-                         ": round ", applied_, " still waits for workers [",
-                         absl::StrJoin(MissingWorkers(), ","), "]"));
-      }
-      // Wake up now and then to notice cancellation.
-      clock_.WaitUntil(round_closed_, mu_,
-                       std::min(deadline, clock_.Now() + kPollEvery));
+      now = Decide(wait);
+      if (!now)
+        waiting_.Add(std::move(wait), clock_.Now(), std::move(admitted));
     }
-    return absl::OkStatus();
+    return now;
   }
 
   void UpdateMembership(uint64_t epoch,
                         const std::vector<uint32_t>& live) override {
-    absl::MutexLock lock(&mu_);
-    if (live_.Update(epoch, live)) CloseReadyRounds();
+    WaitingPulls::Outcomes outcomes;
+    {
+      absl::MutexLock lock(&mu_);
+      if (live_.Update(epoch, live)) CloseReadyRounds(outcomes);
+    }
   }
 
   void TablesRestored() override {
@@ -186,6 +165,64 @@ class SyncAggregator final : public Aggregator {
     GradientSum sum;
   };
 
+  absl::Status Accept(const PushView& push, WaitingPulls::Outcomes& outcomes)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (push.clock < applied_) {
+      if (rounds_seen_.contains({push.clock, push.worker_id})) {
+        return absl::OkStatus();  // retry of a push already applied
+      }
+      return absl::FailedPreconditionError(
+          absl::StrCat("push of worker ", push.worker_id, " for round ",
+                       push.clock, " arrived after that round was applied (",
+                       applied_, " rounds applied)"));
+    }
+    if (auto s = live_.RefuseUnlessLive(push.worker_id); !s.ok()) return s;
+    Round& round = rounds_[push.clock];
+    if (!round.contributors.insert(push.worker_id).second) {
+      return absl::OkStatus();  // retry of a push already queued
+    }
+    round.sum.Add(push, 1.0f);
+    ++pushes_;
+    live_.NoteClock(push.worker_id, push.clock + 1);
+    rounds_seen_.insert({push.clock, push.worker_id});
+    CloseReadyRounds(outcomes);
+    return absl::OkStatus();
+  }
+
+  // A pull's outcome now: OK once rounds 0..clock-1 are applied.
+  std::optional<absl::Status> Decide(const PullWait& wait) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (applied_ >= wait.clock) return absl::OkStatus();
+    if (wait.cancelled && wait.cancelled()) {
+      return absl::CancelledError("pull cancelled by the caller");
+    }
+    if (clock_.Now() >= wait.deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "pull of worker ", wait.worker_id, " at clock ", wait.clock,
+          ": round ", applied_, " still waits for workers [",
+          absl::StrJoin(MissingWorkers(), ","), "]"));
+    }
+    return std::nullopt;
+  }
+
+  void DecideWaiting(WaitingPulls::Outcomes& outcomes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_.DecideAll(
+        [this](const WaitingPulls::Pull& pull)
+            ABSL_NO_THREAD_SAFETY_ANALYSIS { return Decide(pull.wait); },
+        outcomes);
+  }
+
+  // The timer thread: deadlines and cancellations of the waiting pulls.
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_) {
+    WaitingPulls::Outcomes outcomes;
+    {
+      absl::MutexLock lock(&mu_);
+      DecideWaiting(outcomes);
+    }
+  }
+
   std::vector<uint32_t> MissingWorkers() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<uint32_t> missing;
@@ -205,7 +242,9 @@ class SyncAggregator final : public Aggregator {
   // rounds already pushed are applied: their workers left after pushing.
   // Applying under the lock is deliberate: in sync mode nobody may proceed
   // before the round is in the tables anyway.
-  void CloseReadyRounds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Pulls that the closed rounds let go are decided into `outcomes`.
+  void CloseReadyRounds(WaitingPulls::Outcomes& outcomes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint64_t first = applied_;
     uint64_t empty = 0;
     while (true) {
@@ -240,12 +279,11 @@ class SyncAggregator final : public Aggregator {
     // only repeat a push whose reply was lost, i.e. one of the latest round.
     rounds_seen_.erase(rounds_seen_.begin(),
                        rounds_seen_.lower_bound({applied_ - 1, 0}));
-    round_closed_.SignalAll();
+    DecideWaiting(outcomes);
   }
 
   Clock& clock_;
   mutable absl::Mutex mu_;
-  absl::CondVar round_closed_;
   LiveSet live_ ABSL_GUARDED_BY(mu_);
   FullRound full_round_ ABSL_GUARDED_BY(mu_);
   Warmup warmup_ ABSL_GUARDED_BY(mu_);
@@ -256,6 +294,8 @@ class SyncAggregator final : public Aggregator {
   std::map<uint64_t, Round> rounds_ ABSL_GUARDED_BY(mu_);
   // (round, worker) of pushes taken, kept one round back for retries
   std::set<std::pair<uint64_t, uint32_t>> rounds_seen_ ABSL_GUARDED_BY(mu_);
+  WaitingPulls waiting_ ABSL_GUARDED_BY(mu_);
+  Ticker ticker_;  // last: stops first
 };
 
 }  // namespace
@@ -264,14 +304,34 @@ std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers) {
   return std::make_unique<AsyncAggregator>(num_workers);
 }
 
-std::unique_ptr<Aggregator> NewSyncAggregator(
-    uint32_t num_workers, const AggregatorOptions& options, Clock& clock) {
+std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
+                                              const AggregatorOptions& options,
+                                              Clock& clock) {
   return std::make_unique<SyncAggregator>(num_workers, options, clock);
 }
 
 }  // namespace hetps::aggregator_internal
 
 namespace hetps {
+
+absl::Status Aggregator::AwaitPull(uint32_t worker_id, uint64_t clock,
+                                   absl::Time deadline,
+                                   std::function<bool()> cancelled) {
+  absl::Notification decided;
+  absl::Status outcome;
+  std::optional<absl::Status> now =
+      AdmitPull({.worker_id = worker_id,
+                 .clock = clock,
+                 .deadline = deadline,
+                 .cancelled = std::move(cancelled)},
+                [&](absl::Status status) {
+                  outcome = std::move(status);
+                  decided.Notify();
+                });
+  if (now) return *now;
+  decided.WaitForNotification();
+  return outcome;
+}
 
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(
     ConsistencyMode mode, uint32_t num_workers, AggregatorOptions options,

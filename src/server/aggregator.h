@@ -39,13 +39,19 @@
 // mode the rounds every live worker has moved past and nobody pushed here
 // (0..k-1) close empty, so the restarted server joins the job at round k.
 //
-// Thread-safety: all methods may be called concurrently (one gRPC handler
-// thread per request).
+// A pull that must wait (sync: its round; semi_async: the SSP bound) holds
+// no thread while it does: AdmitPull keeps it with a callback, which the
+// push (membership change, new window) that lets it go calls, or the
+// aggregator's timer thread when its deadline passes or its caller cancels.
+//
+// Thread-safety: all methods may be called concurrently (gRPC's callback
+// threads, several requests at once).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -96,6 +102,23 @@ struct AggregatorOptions {
   SemiAsyncConfig semi_async;
 };
 
+// A pull to admit (Aggregator::AdmitPull).
+struct PullWait {
+  uint32_t worker_id = 0;
+  uint64_t clock = 0;   // pushes the worker has made
+  absl::Time deadline;  // on the aggregator's clock
+  // Polled while the pull waits: true ends the wait with CANCELLED. May be
+  // empty.
+  std::function<bool()> cancelled;
+};
+
+// Receives, once, the outcome of a pull that waited: OK (answer it now),
+// DEADLINE_EXCEEDED or CANCELLED. It is called with no lock of the
+// aggregator held, on the thread that let the pull go (a push's, a
+// membership change's) or on the aggregator's timer thread, so it should
+// hand real work (reading the rows) on to a thread of its own.
+using PullAdmitted = std::function<void(absl::Status)>;
+
 class Aggregator {
  public:
   // `num_workers`: the workers of the job, all live at the start.
@@ -110,16 +133,23 @@ class Aggregator {
   // (sync: its round was already applied, or the worker left the live set).
   virtual absl::Status Push(const PushView& push) = 0;
 
-  // Blocks until a pull from a worker that has made `clock` pushes may be
-  // answered. DEADLINE_EXCEEDED (naming the workers still missing) at
-  // `deadline` (on the aggregator's clock); CANCELLED once `cancelled()`
-  // turns true (polled).
-  virtual absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
-                                 absl::Time deadline,
-                                 const std::function<bool()>& cancelled) = 0;
+  // Decides a pull of a worker that has made `wait.clock` pushes. When the
+  // outcome is known now, returns it — OK (answer it), DEADLINE_EXCEEDED
+  // (the deadline has passed) — and drops `admitted`. Otherwise keeps the
+  // pull waiting without holding the caller, returns nullopt and calls
+  // `admitted` once later: OK when it may be answered, DEADLINE_EXCEEDED
+  // (naming the workers still missing) at `wait.deadline`, CANCELLED once
+  // `wait.cancelled()` turns true (polled every few milliseconds).
+  virtual std::optional<absl::Status> AdmitPull(PullWait wait,
+                                                PullAdmitted admitted) = 0;
+
+  // AdmitPull, blocking the caller until the outcome is known.
+  absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
+                         absl::Time deadline,
+                         std::function<bool()> cancelled = nullptr);
 
   // Reads rows (a dense slice) into `out` for a pull of `worker_id` that
-  // AwaitPull admitted. semi_async may read them ahead of its queue (see
+  // AdmitPull admitted. semi_async may read them ahead of its queue (see
   // above); the other modes read the tables.
   virtual void PullSparse(uint32_t worker_id, SparseTable* table,
                           std::span<const uint64_t> keys,

@@ -5,25 +5,127 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/aggregator.h"
 
 namespace hetps::aggregator_internal {
 
-// How often a waiting pull looks at its cancellation (and semi_async's time
-// bound) when nothing wakes it.
+// How often the timer thread looks at the waiting pulls' cancellations and
+// deadlines (and semi_async's time bound).
 inline constexpr absl::Duration kPollEvery = absl::Milliseconds(20);
+
+// The pulls that wait for their turn, each with its callback. A plain value
+// guarded by its aggregator's mutex; the outcomes it decides are reported
+// once that mutex is released (Outcomes).
+class WaitingPulls {
+ public:
+  struct Pull {
+    PullWait wait;
+    absl::Time since;  // when it began to wait
+    PullAdmitted admitted;
+  };
+  // The outcomes decided under the aggregator's mutex, reported (their
+  // callbacks called) when this goes out of scope: declare it before the
+  // lock, so that the lock is released first.
+  class Outcomes {
+   public:
+    Outcomes() = default;
+    Outcomes(const Outcomes&) = delete;
+    Outcomes& operator=(const Outcomes&) = delete;
+    ~Outcomes() {
+      for (auto& [admitted, status] : decided_) admitted(std::move(status));
+    }
+    void Add(PullAdmitted admitted, absl::Status status) {
+      decided_.emplace_back(std::move(admitted), std::move(status));
+    }
+
+   private:
+    std::vector<std::pair<PullAdmitted, absl::Status>> decided_;
+  };
+  // A pull's outcome now, or nullopt while it waits on.
+  using Decide = std::function<std::optional<absl::Status>(const Pull&)>;
+
+  void Add(PullWait wait, absl::Time since, PullAdmitted admitted) {
+    pulls_.push_back({std::move(wait), since, std::move(admitted)});
+  }
+  bool empty() const { return pulls_.empty(); }
+
+  // Moves every pull that `decide` gives an outcome into `out`.
+  void DecideAll(const Decide& decide, Outcomes& out) {
+    size_t kept = 0;
+    for (Pull& pull : pulls_) {
+      if (std::optional<absl::Status> status = decide(pull)) {
+        out.Add(std::move(pull.admitted), *std::move(status));
+      } else {
+        if (&pulls_[kept] != &pull) pulls_[kept] = std::move(pull);
+        ++kept;
+      }
+    }
+    pulls_.resize(kept);
+  }
+
+ private:
+  std::vector<Pull> pulls_;
+};
+
+// A thread that calls `tick` every `every` on `clock` (a FakeClock's ticks
+// follow its Advance) until destroyed. Declare it last in its owner, so that
+// it stops before the members `tick` uses are destroyed.
+class Ticker {
+ public:
+  Ticker(Clock& clock, absl::Duration every, std::function<void()> tick)
+      : clock_(clock), every_(every), tick_(std::move(tick)) {
+    // The first tick's time is taken here, not by the thread: a FakeClock
+    // moved on before the thread runs must still reach it.
+    thread_ =
+        std::thread([this, first = clock_.Now() + every_] { Loop(first); });
+  }
+  ~Ticker() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      wake_.SignalAll();
+    }
+    thread_.join();
+  }
+
+ private:
+  void Loop(absl::Time next) {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      while (!stop_ && clock_.Now() < next) clock_.WaitUntil(wake_, mu_, next);
+      if (stop_) break;
+      mu_.Unlock();
+      tick_();
+      mu_.Lock();
+      next = clock_.Now() + every_;
+    }
+  }
+
+  Clock& clock_;
+  const absl::Duration every_;
+  const std::function<void()> tick_;
+  absl::Mutex mu_;
+  absl::CondVar wake_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 // Live-set bookkeeping shared by the modes.
 class LiveSet {
@@ -122,9 +224,9 @@ class Warmup {
   // `full_round` samples (0: unknown, no warm-up).
   float Factor(uint64_t samples, uint64_t full_round) const {
     if (done_ || rounds_ == 0 || full_round == 0) return 1.0f;
-    const double share = static_cast<double>(applied_ + samples) /
-                         (static_cast<double>(rounds_) *
-                          static_cast<double>(full_round));
+    const double share =
+        static_cast<double>(applied_ + samples) /
+        (static_cast<double>(rounds_) * static_cast<double>(full_round));
     return share >= 1.0 ? 1.0f : static_cast<float>(share);
   }
   void Applied(uint64_t samples) { applied_ += samples; }
@@ -239,9 +341,8 @@ class GradientSum {
 
   float MeanScale() const { return static_cast<float>(1.0 / weighted_batch_); }
   float StepScale(uint64_t full_round) const {
-    return static_cast<float>(
-        weighted_batch_ /
-        static_cast<double>(std::max(total_batch_, full_round)));
+    return static_cast<float>(weighted_batch_ / static_cast<double>(std::max(
+                                                    total_batch_, full_round)));
   }
 
   struct Sparse {
@@ -256,8 +357,9 @@ class GradientSum {
 };
 
 std::unique_ptr<Aggregator> NewAsyncAggregator(uint32_t num_workers);
-std::unique_ptr<Aggregator> NewSyncAggregator(
-    uint32_t num_workers, const AggregatorOptions& options, Clock& clock);
+std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
+                                              const AggregatorOptions& options,
+                                              Clock& clock);
 std::unique_ptr<Aggregator> NewSemiAsyncAggregator(uint32_t num_workers,
                                                    AggregatorOptions options,
                                                    Clock& clock);

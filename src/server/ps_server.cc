@@ -1,6 +1,10 @@
 #include "server/ps_server.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +81,10 @@ PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
       aggregator_(std::move(aggregator)),
       access_(shard_map.num_buckets(), SparseTableNames(config), clock),
       pace_(config_.ServerProfileOf(rank), clock, clock.Now()),
+      paced_(config_.ServerProfileOf(rank) != nullptr),
+      readers_("ps-reader",
+               paced_ ? TaskPool::kUnbounded
+                      : std::max(1u, std::thread::hardware_concurrency())),
       seen_(config.num_workers()) {
   for (int w = 0; w < config_.num_workers(); ++w) {
     live_.push_back(static_cast<uint32_t>(w));
@@ -105,7 +113,6 @@ uint64_t PsServer::map_version() const {
   absl::MutexLock lock(&map_mu_);
   return map_->version();
 }
-
 
 absl::Status PsServer::CheckKeys(const std::string& table,
                                  std::span<const uint64_t> keys,
@@ -140,8 +147,8 @@ absl::Status PsServer::CheckKeys(const std::string& table,
       // Split by an older map for a bucket whose handover has since
       // settled: the client's map is out of date.
       return absl::AbortedError(absl::StrCat(
-          kMovedPrefix, "table '", table, "': key ", key, " is server ",
-          owner, "'s in shard map version ", map->version(),
+          kMovedPrefix, "table '", table, "': key ", key, " is server ", owner,
+          "'s in shard map version ", map->version(),
           " (the request was split by version ", split_version,
           "); refresh the shard map and split again"));
     }
@@ -197,123 +204,134 @@ absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
   return clock + known.offset;
 }
 
-absl::Status PsServer::AwaitPull(grpc::ServerContext* context,
-                                 uint32_t worker_id, uint64_t clock) {
+void PsServer::AdmitThenRead(grpc::ServerContextBase* context,
+                             uint32_t worker_id, uint64_t clock, Read read,
+                             std::function<void(absl::Status)> done) {
+  // Shared: AdmitPull drops its callback when it decides at once.
+  auto then =
+      std::make_shared<std::pair<Read, std::function<void(absl::Status)>>>(
+          std::move(read), std::move(done));
   // The caller's own deadline cancels the call (IsCancelled), so only the
   // server's bound needs a time here.
-  return aggregator_->AwaitPull(
-      worker_id, clock,
-      clock_.Now() + absl::Seconds(config_.server.sync_wait_timeout_s),
-      [context] { return context->IsCancelled(); });
+  std::optional<absl::Status> now = aggregator_->AdmitPull(
+      {.worker_id = worker_id,
+       .clock = clock,
+       .deadline =
+           clock_.Now() + absl::Seconds(config_.server.sync_wait_timeout_s),
+       .cancelled = [context] { return context->IsCancelled(); }},
+      [this, then](absl::Status admitted) {
+        readers_.Run([then, admitted = std::move(admitted)] {
+          then->second(admitted.ok() ? then->first() : admitted);
+        });
+      });
+  if (now) then->second(now->ok() ? then->first() : *now);
 }
 
-absl::Status PsServer::DoPullSparse(grpc::ServerContext* context,
-                                    const rpc::PullSparseRequest& request,
-                                    rpc::PullSparseResponse* response) {
+void PsServer::PullSparse(grpc::ServerContextBase* context,
+                          const rpc::PullSparseRequest* request_ptr,
+                          rpc::PullSparseResponse* response, Done done) {
+  const absl::Time start = clock_.Now();
+  auto finish = [this, start, done = std::move(done)](absl::Status status) {
+    pull_latency_.Observe(clock_.Now() - start);
+    done(ToGrpcStatus(status));
+  };
+  const rpc::PullSparseRequest& request = *request_ptr;
   if (auto s = CheckProtocolVersion(request.protocol_version(), "pull");
       !s.ok()) {
-    return s;
+    return finish(s);
   }
   SparseTable* table = sparse_table(request.table());
   if (table == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown sparse table '", request.table(), "'"));
+    return finish(absl::NotFoundError(
+        absl::StrCat("unknown sparse table '", request.table(), "'")));
   }
   if (request.dim() != table->dim()) {
-    return absl::InvalidArgumentError(
+    return finish(absl::InvalidArgumentError(
         absl::StrCat("table '", request.table(), "' has dim ", table->dim(),
-                     ", request says ", request.dim()));
+                     ", request says ", request.dim())));
   }
   if (request.keys().size() % sizeof(uint64_t) != 0) {
-    return absl::InvalidArgumentError(
+    return finish(absl::InvalidArgumentError(
         absl::StrCat("table '", request.table(), "': keys field has ",
-                     request.keys().size(), " bytes, not a multiple of 8"));
+                     request.keys().size(), " bytes, not a multiple of 8")));
   }
-  std::vector<uint64_t> scratch;
-  auto keys = ViewAs<uint64_t>(request.keys(), scratch);
+  // The keys, viewed in place (copied when misaligned): shared with the
+  // read, which may run later.
+  auto scratch = std::make_shared<std::vector<uint64_t>>();
+  std::span<const uint64_t> keys = ViewAs<uint64_t>(request.keys(), *scratch);
   const ShardMap::RequestClock at = AtOf(request);
-  if (auto s = AwaitMoves(context, at, {}); !s.ok()) return s;
+  if (auto s = AwaitMoves(context, at, {}); !s.ok()) return finish(s);
   if (auto s = CheckKeys(request.table(), keys, at, request.map_version());
       !s.ok()) {
-    return s;
+    return finish(s);
   }
-  if (auto s = AwaitMoves(context, at, keys); !s.ok()) return s;
+  if (auto s = AwaitMoves(context, at, keys); !s.ok()) return finish(s);
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
-  if (!clock.ok()) return clock.status();
-  if (auto s = AwaitPull(context, request.worker_id(), *clock); !s.ok()) {
-    return s;
-  }
-  response->set_map_version(map_version());
-  auto out =
-      ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
-  if (config_.client.hot_rows.enabled) {
-    // The rows' version, taken before they are read: an apply during the
-    // read can only make them newer than it says.
-    const uint64_t applies = aggregator_->applied_rounds();
-    response->set_applied_rounds(applies);
-    response->set_max_read_lag(ReadLagBound());
-    RecordRead(request.worker_id(), *clock, applies);
-  }
-  const absl::Time began = clock_.Now();
-  aggregator_->PullSparse(request.worker_id(), table, keys, out);
-  access_.Record(Access::kPull, table->config().name, keys,
-                 table->dim() * sizeof(float),
-                 pace_.Pace(clock_.Now() - began));
-  return absl::OkStatus();
+  if (!clock.ok()) return finish(clock.status());
+  Read read = [this, &request, response, table, keys, scratch, clock = *clock] {
+    response->set_map_version(map_version());
+    auto out =
+        ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
+    if (config_.client.hot_rows.enabled) {
+      // The rows' version, taken before they are read: an apply during the
+      // read can only make them newer than it says.
+      const uint64_t applies = aggregator_->applied_rounds();
+      response->set_applied_rounds(applies);
+      response->set_max_read_lag(ReadLagBound());
+      RecordRead(request.worker_id(), clock, applies);
+    }
+    const absl::Time began = clock_.Now();
+    aggregator_->PullSparse(request.worker_id(), table, keys, out);
+    access_.Record(Access::kPull, table->config().name, keys,
+                   table->dim() * sizeof(float),
+                   pace_.Pace(clock_.Now() - began));
+    return absl::OkStatus();
+  };
+  AdmitThenRead(context, request.worker_id(), *clock, std::move(read),
+                std::move(finish));
 }
 
-grpc::Status PsServer::PullSparse(grpc::ServerContext* context,
-                                  const rpc::PullSparseRequest* request,
-                                  rpc::PullSparseResponse* response) {
+void PsServer::PullDense(grpc::ServerContextBase* context,
+                         const rpc::PullDenseRequest* request_ptr,
+                         rpc::PullDenseResponse* response, Done done) {
   const absl::Time start = clock_.Now();
-  absl::Status status = DoPullSparse(context, *request, response);
-  pull_latency_.Observe(clock_.Now() - start);
-  return ToGrpcStatus(status);
-}
-
-absl::Status PsServer::DoPullDense(grpc::ServerContext* context,
-                                   const rpc::PullDenseRequest& request,
-                                   rpc::PullDenseResponse* response) {
+  auto finish = [this, start, done = std::move(done)](absl::Status status) {
+    pull_latency_.Observe(clock_.Now() - start);
+    done(ToGrpcStatus(status));
+  };
+  const rpc::PullDenseRequest& request = *request_ptr;
   if (auto s = CheckProtocolVersion(request.protocol_version(), "pull");
       !s.ok()) {
-    return s;
+    return finish(s);
   }
   DenseTable* table = dense_table(request.table());
   if (table == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown dense table '", request.table(), "'"));
+    return finish(absl::NotFoundError(
+        absl::StrCat("unknown dense table '", request.table(), "'")));
   }
   if (request.size() != table->config().dim) {
-    return absl::InvalidArgumentError(
+    return finish(absl::InvalidArgumentError(
         absl::StrCat("table '", request.table(), "' has size ",
-                     table->config().dim, ", request says ", request.size()));
+                     table->config().dim, ", request says ", request.size())));
   }
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
-  if (!clock.ok()) return clock.status();
-  if (auto s = AwaitPull(context, request.worker_id(), *clock); !s.ok()) {
-    return s;
-  }
-  response->set_offset(table->offset());
-  const absl::Time began = clock_.Now();
-  aggregator_->PullDense(
-      request.worker_id(), table,
-      ResizeAs<float>(response->mutable_values(), table->length()));
-  access_.RecordOther(pace_.Pace(clock_.Now() - began));
-  return absl::OkStatus();
+  if (!clock.ok()) return finish(clock.status());
+  Read read = [this, &request, response, table] {
+    response->set_offset(table->offset());
+    const absl::Time began = clock_.Now();
+    aggregator_->PullDense(
+        request.worker_id(), table,
+        ResizeAs<float>(response->mutable_values(), table->length()));
+    access_.RecordOther(pace_.Pace(clock_.Now() - began));
+    return absl::OkStatus();
+  };
+  AdmitThenRead(context, request.worker_id(), *clock, std::move(read),
+                std::move(finish));
 }
 
-grpc::Status PsServer::PullDense(grpc::ServerContext* context,
-                                 const rpc::PullDenseRequest* request,
-                                 rpc::PullDenseResponse* response) {
-  const absl::Time start = clock_.Now();
-  absl::Status status = DoPullDense(context, *request, response);
-  pull_latency_.Observe(clock_.Now() - start);
-  return ToGrpcStatus(status);
-}
-
-absl::Status PsServer::DoPush(grpc::ServerContext* context,
+absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
                               const rpc::PushRequest& request) {
   if (auto s = CheckProtocolVersion(request.protocol_version(), "push");
       !s.ok()) {
@@ -479,7 +497,7 @@ void PsServer::RecordCachedPush(uint32_t worker, uint64_t clock,
   if (lag > bound) ++read_lag_violations_;
 }
 
-grpc::Status PsServer::Push(grpc::ServerContext* context,
+grpc::Status PsServer::Push(grpc::ServerContextBase* context,
                             const rpc::PushRequest* request,
                             rpc::PushResponse* response) {
   const absl::Time start = clock_.Now();
@@ -497,7 +515,7 @@ grpc::Status PsServer::Push(grpc::ServerContext* context,
   return ToGrpcStatus(status);
 }
 
-grpc::Status PsServer::GetTableInfo(grpc::ServerContext*,
+grpc::Status PsServer::GetTableInfo(grpc::ServerContextBase*,
                                     const rpc::TableInfoRequest* request,
                                     rpc::TableInfoResponse* response) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "table info");
@@ -533,7 +551,8 @@ rpc::TableInfoResponse PsServer::Info() const {
     if (SparseTable* table = sparse_table(config.name)) {
       info->set_rows(table->size());
       info->set_row_bytes(sizeof(uint64_t) +
-                          sizeof(float) * (table->dim() + table->state_width()));
+                          sizeof(float) *
+                              (table->dim() + table->state_width()));
     } else if (DenseTable* table = dense_table(config.name)) {
       info->set_rows(table->length());
       info->set_dense_offset(table->offset());
@@ -563,7 +582,7 @@ rpc::TableInfoResponse PsServer::Info() const {
   return response;
 }
 
-grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
+grpc::Status PsServer::UpdateMembership(grpc::ServerContextBase*,
                                         const rpc::MembershipUpdate* request,
                                         rpc::MembershipAck*) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "membership");
@@ -589,7 +608,7 @@ grpc::Status PsServer::UpdateMembership(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status PsServer::Save(grpc::ServerContext*,
+grpc::Status PsServer::Save(grpc::ServerContextBase*,
                             const rpc::SaveRequest* request,
                             rpc::SaveResponse* response) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "save");

@@ -15,21 +15,29 @@
 //                        served or applied (refresh the map, split again)
 //   UNAVAILABLE          rows of a moving bucket did not arrive in time
 //
-// Thread-safety: handlers run concurrently on gRPC's threads.
+// The handlers are called in process (tests) or by PsService, the gRPC
+// callback service in front of it (ps_service.h). A pull hands its caller a
+// callback: one that must wait for its round or the SSP bound waits in the
+// Aggregator without a thread, and its rows are read on this server's
+// reader threads once it may go.
+//
+// Thread-safety: handlers run concurrently, on any threads.
 #pragma once
 
 #include <atomic>
 #include <functional>
-#include <optional>
-#include <vector>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
+#include "common/task_pool.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 #include "server/aggregator.h"
@@ -42,8 +50,11 @@
 
 namespace hetps {
 
-class PsServer final : public rpc::ParameterServer::Service {
+class PsServer final {
  public:
+  // Receives a pull's status, once, on whatever thread answered it.
+  using Done = std::function<void(grpc::Status)>;
+
   // `config` must be validated; `rank` < config.num_servers().
   // `semi_async_window`: the window semi_async starts with (the server node
   // passes the coordinator's initial window; it sends changes later).
@@ -52,37 +63,48 @@ class PsServer final : public rpc::ParameterServer::Service {
       const JobConfig& config, uint32_t rank, uint32_t semi_async_window = 2,
       Clock& clock = Clock::Real());
 
-  grpc::Status PullSparse(grpc::ServerContext* context,
-                          const rpc::PullSparseRequest* request,
-                          rpc::PullSparseResponse* response) override;
-  grpc::Status PullDense(grpc::ServerContext* context,
-                         const rpc::PullDenseRequest* request,
-                         rpc::PullDenseResponse* response) override;
-  grpc::Status Push(grpc::ServerContext* context,
+  // Fill `response` and call `done`: on the calling thread when the pull
+  // may be answered at once (or is refused), else later on a reader
+  // thread. They block the caller only while a bucket move holds the
+  // request (see RunsInline). `context` (its cancellation) and the request
+  // and response must stay valid until `done`.
+  void PullSparse(grpc::ServerContextBase* context,
+                  const rpc::PullSparseRequest* request,
+                  rpc::PullSparseResponse* response, Done done);
+  void PullDense(grpc::ServerContextBase* context,
+                 const rpc::PullDenseRequest* request,
+                 rpc::PullDenseResponse* response, Done done);
+  grpc::Status Push(grpc::ServerContextBase* context,
                     const rpc::PushRequest* request,
-                    rpc::PushResponse* response) override;
-  grpc::Status GetTableInfo(grpc::ServerContext* context,
+                    rpc::PushResponse* response);
+  grpc::Status GetTableInfo(grpc::ServerContextBase* context,
                             const rpc::TableInfoRequest* request,
-                            rpc::TableInfoResponse* response) override;
-  grpc::Status UpdateMembership(grpc::ServerContext* context,
+                            rpc::TableInfoResponse* response);
+  grpc::Status UpdateMembership(grpc::ServerContextBase* context,
                                 const rpc::MembershipUpdate* request,
-                                rpc::MembershipAck* response) override;
-  grpc::Status Save(grpc::ServerContext* context,
+                                rpc::MembershipAck* response);
+  grpc::Status Save(grpc::ServerContextBase* context,
                     const rpc::SaveRequest* request,
-                    rpc::SaveResponse* response) override;
+                    rpc::SaveResponse* response);
   // Live bucket migration (ps_server_moves.cc).
-  grpc::Status PrepareMove(grpc::ServerContext* context,
+  grpc::Status PrepareMove(grpc::ServerContextBase* context,
                            const rpc::PrepareMoveRequest* request,
-                           rpc::PrepareMoveResponse* response) override;
-  grpc::Status AdoptShardMap(grpc::ServerContext* context,
+                           rpc::PrepareMoveResponse* response);
+  grpc::Status AdoptShardMap(grpc::ServerContextBase* context,
                              const rpc::AdoptShardMapRequest* request,
-                             rpc::AdoptShardMapResponse* response) override;
-  grpc::Status HandOver(grpc::ServerContext* context,
+                             rpc::AdoptShardMapResponse* response);
+  grpc::Status HandOver(grpc::ServerContextBase* context,
                         const rpc::HandOverRequest* request,
-                        rpc::MovedRows* response) override;
-  grpc::Status TakeOver(grpc::ServerContext* context,
+                        rpc::MovedRows* response);
+  grpc::Status TakeOver(grpc::ServerContextBase* context,
                         const rpc::TakeOverRequest* request,
-                        rpc::TakeOverResponse* response) override;
+                        rpc::TakeOverResponse* response);
+
+  // Whether requests may be handled on the caller's thread (gRPC's callback
+  // threads): no bucket move is in progress (a request may wait for one)
+  // and the server is no emulated slower machine (its handlers sleep).
+  // Otherwise PsService hands them to threads that may block.
+  bool RunsInline() const { return !moving_.load() && !paced_; }
 
   // What Save calls (the server's Checkpointer); unset: FAILED_PRECONDITION.
   void SetSaveHandler(std::function<absl::StatusOr<std::string>()> save) {
@@ -123,7 +145,8 @@ class PsServer final : public rpc::ParameterServer::Service {
   // restored them from its move record). Rows of buckets a settled move
   // took away without a HandOver from this process (it restarted after
   // handing them over) are dropped.
-  bool AdoptMap(ShardMap map, const absl::flat_hash_set<uint32_t>& arrived = {});
+  bool AdoptMap(ShardMap map,
+                const absl::flat_hash_set<uint32_t>& arrived = {});
   uint64_t applied_rounds() const { return aggregator_->applied_rounds(); }
   AggregatorStats aggregator_stats() const { return aggregator_->Stats(); }
   // What GetTableInfo answers for all tables: rows, queue, latencies.
@@ -139,13 +162,15 @@ class PsServer final : public rpc::ParameterServer::Service {
   PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
            std::unique_ptr<Aggregator> aggregator, Clock& clock);
 
-  absl::Status DoPullSparse(grpc::ServerContext* context,
-                            const rpc::PullSparseRequest& request,
-                            rpc::PullSparseResponse* response);
-  absl::Status DoPullDense(grpc::ServerContext* context,
-                           const rpc::PullDenseRequest& request,
-                           rpc::PullDenseResponse* response);
-  absl::Status DoPush(grpc::ServerContext* context,
+  // A pull's table reads, once it is admitted (PullSparse, PullDense).
+  using Read = std::function<absl::Status()>;
+  // Admits a pull of `worker_id` at job clock `clock` (Aggregator::
+  // AdmitPull), then runs `read` — at once on this thread, or on a reader
+  // thread after waiting — and calls `done` with the outcome.
+  void AdmitThenRead(grpc::ServerContextBase* context, uint32_t worker_id,
+                     uint64_t clock, Read read,
+                     std::function<void(absl::Status)> done);
+  absl::Status DoPush(grpc::ServerContextBase* context,
                       const rpc::PushRequest& request);
   // Keys of a request at `at` split by map `split_version`: within the size
   // limit (RESOURCE_EXHAUSTED), split by a map that still holds at `at`
@@ -168,7 +193,7 @@ class PsServer final : public rpc::ParameterServer::Service {
   // server's): waits until the rows of those moving here have arrived.
   // UNAVAILABLE after kMoveWait (the client retries), CANCELLED with the
   // call.
-  absl::Status AwaitMoves(grpc::ServerContext* context,
+  absl::Status AwaitMoves(grpc::ServerContextBase* context,
                           const ShardMap::RequestClock& at,
                           std::span<const uint64_t> keys);
   bool MustWait(const ShardMap::RequestClock& at,
@@ -176,15 +201,14 @@ class PsServer final : public rpc::ParameterServer::Service {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
   // A move is being prepared, or one to or from this server is pending.
   bool MoveInvolvesThisServer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
-  absl::StatusOr<rpc::MovedRows> DoHandOver(const rpc::HandOverRequest& request);
+  absl::StatusOr<rpc::MovedRows> DoHandOver(
+      const rpc::HandOverRequest& request);
   // AdoptMap's part under the locks; `stale`: the buckets whose rows to
   // drop once they are released.
   bool AdoptMapLocked(ShardMap map,
                       const absl::flat_hash_set<uint32_t>& arrived_here,
                       absl::flat_hash_set<uint32_t>* stale);
   absl::StatusOr<uint64_t> DoTakeOver(const rpc::MovedRows& rows);
-  absl::Status AwaitPull(grpc::ServerContext* context, uint32_t worker_id,
-                         uint64_t clock);
   // The aggregator's clock for a request of `worker` at `clock` from its
   // `incarnation` (RegisterResponse.incarnation). The first incarnation this
   // server sees keeps its clocks; a newer one (the worker restarted, its
@@ -215,13 +239,16 @@ class PsServer final : public rpc::ParameterServer::Service {
   absl::flat_hash_map<std::string, std::unique_ptr<DenseTable>> dense_;
   std::function<absl::StatusOr<std::string>()> save_;  // set before serving
   // Set before serving.
-  std::function<absl::Status(const rpc::MovedRows&, uint64_t)>
-      record_moved_in_;
+  std::function<absl::Status(const rpc::MovedRows&, uint64_t)> record_moved_in_;
 
   LatencyHistogram pull_latency_;
   LatencyHistogram push_latency_;
   AccessRecorder access_;  // rows, bytes and hot keys of sparse requests
   ServerPace pace_;        // server_profiles: an emulated slower machine
+  const bool paced_;       // pace_ has a profile
+  // Read the rows of pulls that waited: one thread per core, or as many as
+  // wait at once on an emulated slower machine (whose reads sleep).
+  TaskPool readers_;
 
   // Live bucket migration. Per worker the newest (incarnation, clock) of a
   // request, packed (PackAt) so that a larger number is a later request.
@@ -280,5 +307,24 @@ class PsServer final : public rpc::ParameterServer::Service {
   absl::flat_hash_map<uint32_t, Incarnation> incarnations_  // by worker
       ABSL_GUARDED_BY(incarnations_mu_);
 };
+
+// Calls `pull` (&PsServer::PullSparse or &PsServer::PullDense) and blocks
+// until it is answered: for in-process callers (tests, fuzz targets).
+template <typename Request, typename Response>
+grpc::Status AwaitPullAnswer(PsServer& server,
+                             void (PsServer::*pull)(grpc::ServerContextBase*,
+                                                    const Request*, Response*,
+                                                    PsServer::Done),
+                             grpc::ServerContextBase* context,
+                             const Request* request, Response* response) {
+  absl::Notification answered;
+  grpc::Status status;
+  (server.*pull)(context, request, response, [&](grpc::Status s) {
+    status = std::move(s);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return status;
+}
 
 }  // namespace hetps

@@ -33,7 +33,7 @@ ShardMap::WorkerCut Unpack(uint64_t packed) {
 
 }  // namespace
 
-absl::Status PsServer::AwaitMoves(grpc::ServerContext* context,
+absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
                                   const ShardMap::RequestClock& at,
                                   std::span<const uint64_t> keys) {
   const bool worker = at.worker < seen_.size();
@@ -185,7 +185,7 @@ bool PsServer::AdoptMapLocked(ShardMap map,
   return true;
 }
 
-grpc::Status PsServer::PrepareMove(grpc::ServerContext*,
+grpc::Status PsServer::PrepareMove(grpc::ServerContextBase*,
                                    const rpc::PrepareMoveRequest* request,
                                    rpc::PrepareMoveResponse* response) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
@@ -230,7 +230,7 @@ grpc::Status PsServer::PrepareMove(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status PsServer::AdoptShardMap(grpc::ServerContext*,
+grpc::Status PsServer::AdoptShardMap(grpc::ServerContextBase*,
                                      const rpc::AdoptShardMapRequest* request,
                                      rpc::AdoptShardMapResponse* response) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
@@ -339,7 +339,7 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
   return rows;
 }
 
-grpc::Status PsServer::HandOver(grpc::ServerContext*,
+grpc::Status PsServer::HandOver(grpc::ServerContextBase*,
                                 const rpc::HandOverRequest* request,
                                 rpc::MovedRows* response) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
@@ -428,7 +428,7 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
   return installed;
 }
 
-grpc::Status PsServer::TakeOver(grpc::ServerContext*,
+grpc::Status PsServer::TakeOver(grpc::ServerContextBase*,
                                 const rpc::TakeOverRequest* request,
                                 rpc::TakeOverResponse* response) {
   if (auto s = CheckProtocolVersion(request->protocol_version(), "move");

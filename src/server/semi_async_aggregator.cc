@@ -26,9 +26,138 @@ class SemiAsyncAggregator final : public Aggregator {
         window_(std::max<uint32_t>(1, options_.window)),
         live_(num_workers),
         full_round_(num_workers, options_.job_batch),
-        warmup_(options_.warmup_rounds) {}
+        warmup_(options_.warmup_rounds),
+        ticker_(clock, kPollEvery, [this] { Tick(); }) {}
 
   absl::Status Push(const PushView& push) override {
+    WaitingPulls::Outcomes outcomes;
+    return Accept(push, outcomes);
+  }
+
+  std::optional<absl::Status> AdmitPull(PullWait wait,
+                                        PullAdmitted admitted) override {
+    WaitingPulls::Outcomes outcomes;
+    std::optional<absl::Status> now;
+    {
+      absl::MutexLock lock(&mu_);
+      stats_.set_pulls(stats_.pulls() + 1);
+      FlushIfOld();
+      // A pull's clock may make its worker the slowest no more.
+      if (live_.NoteClock(wait.worker_id, wait.clock)) DecideWaiting(outcomes);
+      now = Decide(wait, std::nullopt);
+      if (!now || !now->ok()) stats_.set_ssp_waits(stats_.ssp_waits() + 1);
+      if (!now)
+        waiting_.Add(std::move(wait), clock_.Now(), std::move(admitted));
+    }
+    return now;
+  }
+
+  void PullSparse(uint32_t worker_id, SparseTable* table,
+                  std::span<const uint64_t> keys,
+                  std::span<float> out) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ReadAhead(worker_id)) {
+        // Under the lock: an apply between reading the queue and the rows
+        // would count the queue twice.
+        queue_.PullAhead(table, keys, full_round_.samples(), WarmupFactor(),
+                         out);
+        return;
+      }
+    }
+    table->Pull(keys, out);
+  }
+
+  void PullDense(uint32_t worker_id, DenseTable* table,
+                 std::span<float> out) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ReadAhead(worker_id)) {
+        queue_.PullAhead(table, full_round_.samples(), WarmupFactor(), out);
+        return;
+      }
+    }
+    table->Pull(out);
+  }
+
+  void UpdateMembership(uint64_t epoch,
+                        const std::vector<uint32_t>& live) override {
+    WaitingPulls::Outcomes outcomes;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!live_.Update(epoch, live)) return;
+      // With nobody live, what is queued is all there will be.
+      if (queued_ > 0 && AllLiveContributed() &&
+          (live_.workers().empty() || HoldsEnough())) {
+        stats_.set_applies_by_all(stats_.applies_by_all() + 1);
+        ApplyQueue();
+      }
+      DecideWaiting(outcomes);
+    }
+  }
+
+  void TablesRestored() override {
+    absl::MutexLock lock(&mu_);
+    warmup_.Skip();
+  }
+
+  uint64_t applied_rounds() const override {
+    absl::MutexLock lock(&mu_);
+    return applied_;
+  }
+
+  uint64_t RejoinClock(uint32_t worker) const override {
+    absl::MutexLock lock(&mu_);
+    return std::max(live_.ClockOf(worker), live_.SlowestLiveClock(worker));
+  }
+
+  void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
+    absl::MutexLock lock(&mu_);
+    fn(applied_);
+  }
+
+  void RunAfterApplyingQueued(
+      const std::function<void(uint64_t)>& fn) override {
+    absl::MutexLock lock(&mu_);
+    if (queued_ > 0) ApplyQueue();
+    fn(applied_);
+  }
+
+  uint32_t window() const override {
+    absl::MutexLock lock(&mu_);
+    return window_;
+  }
+
+  void SetWindow(uint32_t window) override {
+    WaitingPulls::Outcomes outcomes;
+    {
+      absl::MutexLock lock(&mu_);
+      window_ = std::max<uint32_t>(1, window);
+      if (queued_ >= window_) {
+        stats_.set_applies_by_window(stats_.applies_by_window() + 1);
+        ApplyQueue();
+      }
+      DecideWaiting(outcomes);
+    }
+  }
+
+  AggregatorStats Stats() const override {
+    absl::MutexLock lock(&mu_);
+    AggregatorStats stats = stats_;
+    stats.set_applies(applied_);
+    stats.set_queue_length(queued_);
+    stats.set_window(window_);
+    live_.FillClocks(&stats);
+    for (rpc::WorkerClock& c : *stats.mutable_clocks()) {
+      auto it = records_.find(c.worker());
+      if (it != records_.end()) c.set_last_staleness(it->second.last_staleness);
+    }
+    return stats;
+  }
+
+ private:
+  absl::Status Accept(const PushView& push, WaitingPulls::Outcomes& outcomes)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     // A worker's pushes are serialized by its client: a clock below the
     // one already seen is a retry whose first reply was lost.
@@ -62,166 +191,80 @@ class SemiAsyncAggregator final : public Aggregator {
       stats_.set_applies_by_all(stats_.applies_by_all() + 1);
       ApplyQueue();
     }
-    advanced_.SignalAll();
+    DecideWaiting(outcomes);
     return absl::OkStatus();
   }
 
-  absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
-                         absl::Time deadline,
-                         const std::function<bool()>& cancelled) override {
-    absl::MutexLock lock(&mu_);
-    stats_.set_pulls(stats_.pulls() + 1);
-    live_.NoteClock(worker_id, clock);
-    const absl::Time start = clock_.Now();
-    bool waited = false;
-    while (true) {
+  // A pull's outcome now: OK within the SSP bound. `since`: when it began
+  // to wait (nullopt: it has not).
+  std::optional<absl::Status> Decide(const PullWait& wait,
+                                     std::optional<absl::Time> since)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t slowest = live_.SlowestLiveClock();
+    // A worker outside the live set (it left, or is rejoining) is not held:
+    // nobody would count it as the slowest either.
+    const bool live = live_.Contains(wait.worker_id);
+    if (!live || wait.clock <= slowest + window_) {
+      if (since) AddWaitSince(*since);
+      if (live) {
+        const uint64_t lead = wait.clock > slowest ? wait.clock - slowest : 0;
+        stats_.set_max_pull_lead(std::max(stats_.max_pull_lead(), lead));
+        if (lead > window_) {
+          stats_.set_bound_violations(stats_.bound_violations() + 1);
+        }
+      }
+      return absl::OkStatus();
+    }
+    if (wait.cancelled && wait.cancelled()) {
+      if (since) AddWaitSince(*since);
+      return absl::CancelledError("pull cancelled by the caller");
+    }
+    if (clock_.Now() >= wait.deadline) {
+      if (since) AddWaitSince(*since);
+      return absl::DeadlineExceededError(
+          absl::StrCat("pull of worker ", wait.worker_id, " at clock ",
+                       wait.clock, " waits for the slowest live worker (clock ",
+                       slowest, ", window ", window_, ")"));
+    }
+    return std::nullopt;
+  }
+
+  void DecideWaiting(WaitingPulls::Outcomes& outcomes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_.DecideAll(
+        [this](const WaitingPulls::Pull& pull) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return Decide(pull.wait, pull.since);
+        },
+        outcomes);
+  }
+
+  // The timer thread: the time bound while pulls wait (as a waiting pull's
+  // own polling did), their deadlines and cancellations.
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_) {
+    WaitingPulls::Outcomes outcomes;
+    {
+      absl::MutexLock lock(&mu_);
+      if (waiting_.empty()) return;
       FlushIfOld();
-      const uint64_t slowest = live_.SlowestLiveClock();
-      // A worker outside the live set (it left, or is rejoining) is not held:
-      // nobody would count it as the slowest either.
-      if (!live_.Contains(worker_id) || clock <= slowest + window_) break;
-      if (!waited) stats_.set_ssp_waits(stats_.ssp_waits() + 1);
-      waited = true;
-      if (cancelled && cancelled()) {
-        return absl::CancelledError("pull cancelled by the caller");
-      }
-      if (clock_.Now() >= deadline) {
-        AddWaitSince(start);
-        return absl::DeadlineExceededError(
-            absl::StrCat("pull of worker ", worker_id, " at clock ", clock,
-                         " waits for the slowest live worker (clock ", slowest,
-                         ", window ", window_, ")"));
-      }
-      // Wake up now and then to notice cancellation and the time bound.
-      clock_.WaitUntil(advanced_, mu_,
-                       std::min(deadline, clock_.Now() + kPollEvery));
+      DecideWaiting(outcomes);
     }
-    if (waited) AddWaitSince(start);
-    if (live_.Contains(worker_id)) {
-      const uint64_t slowest = live_.SlowestLiveClock();
-      const uint64_t lead = clock > slowest ? clock - slowest : 0;
-      stats_.set_max_pull_lead(std::max(stats_.max_pull_lead(), lead));
-      if (lead > window_)
-        stats_.set_bound_violations(stats_.bound_violations() + 1);
-    }
-    return absl::OkStatus();
   }
 
-  void PullSparse(uint32_t worker_id, SparseTable* table,
-                  std::span<const uint64_t> keys,
-                  std::span<float> out) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (ReadAhead(worker_id)) {
-        // Under the lock: an apply between reading the queue and the rows
-        // would count the queue twice.
-        queue_.PullAhead(table, keys, full_round_.samples(), WarmupFactor(),
-                          out);
-        return;
-      }
-    }
-    table->Pull(keys, out);
-  }
-
-  void PullDense(uint32_t worker_id, DenseTable* table,
-                 std::span<float> out) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (ReadAhead(worker_id)) {
-        queue_.PullAhead(table, full_round_.samples(), WarmupFactor(), out);
-        return;
-      }
-    }
-    table->Pull(out);
-  }
-
-  void UpdateMembership(uint64_t epoch,
-                        const std::vector<uint32_t>& live) override {
-    absl::MutexLock lock(&mu_);
-    if (!live_.Update(epoch, live)) return;
-    // With nobody live, what is queued is all there will be.
-    if (queued_ > 0 && AllLiveContributed() &&
-        (live_.workers().empty() || HoldsEnough())) {
-      stats_.set_applies_by_all(stats_.applies_by_all() + 1);
-      ApplyQueue();
-    }
-    advanced_.SignalAll();
-  }
-
-  void TablesRestored() override {
-    absl::MutexLock lock(&mu_);
-    warmup_.Skip();
-  }
-
-  uint64_t applied_rounds() const override {
-    absl::MutexLock lock(&mu_);
-    return applied_;
-  }
-
-  uint64_t RejoinClock(uint32_t worker) const override {
-    absl::MutexLock lock(&mu_);
-    return std::max(live_.ClockOf(worker), live_.SlowestLiveClock(worker));
-  }
-
-  void RunBetweenApplies(const std::function<void(uint64_t)>& fn) override {
-    absl::MutexLock lock(&mu_);
-    fn(applied_);
-  }
-
-  void RunAfterApplyingQueued(
-      const std::function<void(uint64_t)>& fn) override {
-    absl::MutexLock lock(&mu_);
-    if (queued_ > 0) {
-      ApplyQueue();
-      advanced_.SignalAll();
-    }
-    fn(applied_);
-  }
-
-  uint32_t window() const override {
-    absl::MutexLock lock(&mu_);
-    return window_;
-  }
-
-  void SetWindow(uint32_t window) override {
-    absl::MutexLock lock(&mu_);
-    window_ = std::max<uint32_t>(1, window);
-    if (queued_ >= window_) {
-      stats_.set_applies_by_window(stats_.applies_by_window() + 1);
-      ApplyQueue();
-    }
-    advanced_.SignalAll();
-  }
-
-  AggregatorStats Stats() const override {
-    absl::MutexLock lock(&mu_);
-    AggregatorStats stats = stats_;
-    stats.set_applies(applied_);
-    stats.set_queue_length(queued_);
-    stats.set_window(window_);
-    live_.FillClocks(&stats);
-    for (rpc::WorkerClock& c : *stats.mutable_clocks()) {
-      auto it = records_.find(c.worker());
-      if (it != records_.end()) c.set_last_staleness(it->second.last_staleness);
-    }
-    return stats;
-  }
-
- private:
   void AddWaitSince(absl::Time start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     stats_.set_ssp_wait_seconds(stats_.ssp_wait_seconds() +
                                 absl::ToDoubleSeconds(clock_.Now() - start));
   }
 
-  // The time bound. Checked at every push and pull (waiting pulls poll), so
-  // a queue left behind by the last active worker is applied by the next
-  // request; when no worker is live the queue applies at once anyway.
+  // The time bound. Checked at every push and pull, and by the timer thread
+  // while pulls wait, so a queue left behind by the last active worker is
+  // applied by the next request; when no worker is live the queue applies
+  // at once anyway. (Applying the queue lets no waiting pull go: the SSP
+  // bound counts clocks.)
   void FlushIfOld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (queued_ > 0 && clock_.Now() - oldest_ >=
                            absl::Seconds(options_.semi_async.flush_after_s)) {
       stats_.set_applies_by_time(stats_.applies_by_time() + 1);
       ApplyQueue();
-      advanced_.SignalAll();
     }
   }
 
@@ -278,7 +321,6 @@ class SemiAsyncAggregator final : public Aggregator {
   const AggregatorOptions options_;
   Clock& clock_;
   mutable absl::Mutex mu_;
-  absl::CondVar advanced_;  // a clock moved, or the queue applied
   uint32_t window_ ABSL_GUARDED_BY(mu_);
   LiveSet live_ ABSL_GUARDED_BY(mu_);
   FullRound full_round_ ABSL_GUARDED_BY(mu_);
@@ -290,6 +332,8 @@ class SemiAsyncAggregator final : public Aggregator {
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;  // queue applies
   std::map<uint32_t, WorkerRecord> records_ ABSL_GUARDED_BY(mu_);
   AggregatorStats stats_ ABSL_GUARDED_BY(mu_);  // counters only
+  WaitingPulls waiting_ ABSL_GUARDED_BY(mu_);
+  Ticker ticker_;  // last: stops first
 };
 
 }  // namespace

@@ -48,7 +48,8 @@ void PullSparse(uint8_t flags, const uint8_t* data, size_t size) {
   std::unique_ptr<PsServer> server = MakeServer();
   grpc::ServerContext context;
   rpc::PullSparseResponse response;
-  const grpc::Status status = server->PullSparse(&context, &request, &response);
+  const grpc::Status status = AwaitPullAnswer(*server, &PsServer::PullSparse,
+                                              &context, &request, &response);
   FUZZ_CHECK(IsDocumentedCode(status.error_code()));
   const uint64_t rows = server->sparse_table("emb")->size();
   if (!status.ok()) {
@@ -65,7 +66,9 @@ void PullSparse(uint8_t flags, const uint8_t* data, size_t size) {
   for (float v : values) FUZZ_CHECK(std::isfinite(v));
   rpc::PullSparseResponse again;
   grpc::ServerContext context2;
-  FUZZ_CHECK(server->PullSparse(&context2, &request, &again).ok());
+  FUZZ_CHECK(AwaitPullAnswer(*server, &PsServer::PullSparse, &context2,
+                             &request, &again)
+                 .ok());
   FUZZ_CHECK(again.values() == response.values());
   FUZZ_CHECK(server->sparse_table("emb")->size() == rows);
 }
@@ -81,7 +84,8 @@ void PullDense(uint8_t flags, const uint8_t* data, size_t size) {
   std::unique_ptr<PsServer> server = MakeServer();
   grpc::ServerContext context;
   rpc::PullDenseResponse response;
-  const grpc::Status status = server->PullDense(&context, &request, &response);
+  const grpc::Status status = AwaitPullAnswer(*server, &PsServer::PullDense,
+                                              &context, &request, &response);
   FUZZ_CHECK(IsDocumentedCode(status.error_code()));
   if (!status.ok()) {
     FUZZ_CHECK(response.values().empty());

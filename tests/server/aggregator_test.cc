@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "support/fake_clock.h"
 #include "table/optimizer.h"
@@ -15,6 +19,42 @@ namespace hetps {
 namespace {
 
 using ::testing::HasSubstr;
+
+// A pull handed to Aggregator::AdmitPull: its outcome once decided.
+struct Admission {
+  absl::Notification decided;
+  absl::Status status;
+};
+
+std::shared_ptr<Admission> Admit(Aggregator& agg, uint32_t worker,
+                                 uint64_t clock, absl::Time deadline,
+                                 std::function<bool()> cancelled = nullptr) {
+  auto admission = std::make_shared<Admission>();
+  std::optional<absl::Status> now =
+      agg.AdmitPull({.worker_id = worker,
+                     .clock = clock,
+                     .deadline = deadline,
+                     .cancelled = std::move(cancelled)},
+                    [admission](absl::Status status) {
+                      admission->status = std::move(status);
+                      admission->decided.Notify();
+                    });
+  if (now) {
+    admission->status = *now;
+    admission->decided.Notify();
+  }
+  return admission;
+}
+
+// Threads of this process now (/proc/self/status).
+int ThreadsNow() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
 
 TableConfig SgdTable(const std::string& name, TableKind kind, uint64_t dim) {
   TableConfig t;
@@ -67,8 +107,7 @@ class AggregatorTest : public ::testing::Test {
   }
 
   // Every aggregator here runs on it: deadlines and the time bound move
-  // only when a test says so, and a test waits until a pull is blocked
-  // (clock_.AwaitWaiting) instead of sleeping.
+  // only when a test says so.
   testing::FakeClock clock_;
   SparseTable sparse_;
   DenseTable dense_;
@@ -240,14 +279,75 @@ TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
   absl::Status s = agg->AwaitPull(0, 1, clock_.Now(), nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("workers [1]"), std::string::npos) << s;
-  // Once worker 1 pushes, the waiting pull is released.
-  std::thread pusher([&] {
-    clock_.AwaitWaiting(1);  // the pull below is blocked
-    ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
-  });
-  EXPECT_TRUE(
-      agg->AwaitPull(0, 1, clock_.Now() + absl::Seconds(10), nullptr).ok());
-  pusher.join();
+  // Once worker 1 pushes, the waiting pull is released, by that push.
+  auto pull = Admit(*agg, 0, 1, clock_.Now() + absl::Seconds(10));
+  EXPECT_FALSE(pull->decided.HasBeenNotified());
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  ASSERT_TRUE(pull->decided.HasBeenNotified());
+  EXPECT_TRUE(pull->status.ok()) << pull->status;
+}
+
+TEST_F(AggregatorTest, AWaitingPullEndsAtItsDeadlineOrWhenCancelled) {
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kSync, ConsistencyMode::kSemiAsync}) {
+    SCOPED_TRACE(ConsistencyModeName(mode));
+    AggregatorOptions options;
+    options.window = 1;
+    auto agg = *Aggregator::Create(mode, 2, options, clock_);
+    for (uint64_t c = 0; c < 2; ++c) {
+      ASSERT_TRUE(agg->Push(MakePush(0, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+    }
+    // Worker 1 never pushes: sync's round 0 stays open, semi_async's
+    // bound holds worker 0 at clock 2 (2 - 0 > window 1).
+    auto timed = Admit(*agg, 0, 2, clock_.Now() + absl::Seconds(5));
+    std::atomic<bool> gone{false};
+    auto cancelled = Admit(*agg, 0, 2, clock_.Now() + absl::Seconds(60),
+                           [&gone] { return gone.load(); });
+    EXPECT_FALSE(timed->decided.HasBeenNotified());
+    EXPECT_FALSE(cancelled->decided.HasBeenNotified());
+    // The timer thread decides both: it runs as the fake clock moves.
+    gone = true;
+    clock_.Advance(absl::Seconds(5));
+    timed->decided.WaitForNotification();
+    cancelled->decided.WaitForNotification();
+    EXPECT_EQ(timed->status.code(), absl::StatusCode::kDeadlineExceeded)
+        << timed->status;
+    EXPECT_EQ(cancelled->status.code(), absl::StatusCode::kCancelled)
+        << cancelled->status;
+  }
+}
+
+TEST_F(AggregatorTest, HundredsOfWaitingPullsHoldNoThread) {
+  constexpr uint32_t kWorkers = 300;
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kSync, ConsistencyMode::kSemiAsync}) {
+    SCOPED_TRACE(ConsistencyModeName(mode));
+    AggregatorOptions options;
+    options.window = 1;
+    auto agg = *Aggregator::Create(mode, kWorkers, options, clock_);
+    const int threads_before = ThreadsNow();
+    // Every worker but the last pushes twice and pulls at clock 2: sync
+    // waits for round 0, semi_async for the slowest (the last, at 0).
+    std::vector<std::shared_ptr<Admission>> pulls;
+    for (uint32_t w = 0; w + 1 < kWorkers; ++w) {
+      for (uint64_t c = 0; c < 2; ++c) {
+        ASSERT_TRUE(agg->Push(MakePush(w, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+      }
+      pulls.push_back(Admit(*agg, w, 2, clock_.Now() + absl::Seconds(60)));
+    }
+    EXPECT_EQ(ThreadsNow(), threads_before);
+    for (const auto& pull : pulls)
+      EXPECT_FALSE(pull->decided.HasBeenNotified());
+    // The last worker's two pushes let every pull go, on its thread.
+    for (uint64_t c = 0; c < 2; ++c) {
+      ASSERT_TRUE(
+          agg->Push(MakePush(kWorkers - 1, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+    }
+    for (const auto& pull : pulls) {
+      ASSERT_TRUE(pull->decided.HasBeenNotified());
+      EXPECT_TRUE(pull->status.ok()) << pull->status;
+    }
+  }
 }
 
 TEST_F(AggregatorTest, SyncStopsWaitingForAWorkerThatLeft) {
@@ -549,13 +649,11 @@ TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {
       << held;
   ASSERT_TRUE(agg->AwaitPull(0, 2, clock_.Now(), nullptr).ok());  // 2 - 0 <= 2
   // Released as soon as worker 1 pushes once.
-  std::thread slow([&] {
-    clock_.AwaitWaiting(1);  // the pull below is blocked
-    ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
-  });
-  EXPECT_TRUE(
-      agg->AwaitPull(0, 3, clock_.Now() + absl::Seconds(10), nullptr).ok());
-  slow.join();
+  auto pull = Admit(*agg, 0, 3, clock_.Now() + absl::Seconds(10));
+  EXPECT_FALSE(pull->decided.HasBeenNotified());
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  ASSERT_TRUE(pull->decided.HasBeenNotified());
+  EXPECT_TRUE(pull->status.ok()) << pull->status;
   const AggregatorStats st = agg->Stats();
   EXPECT_EQ(st.ssp_waits(), 2u);  // the timed-out pull and the released one
   EXPECT_EQ(st.max_pull_lead(), 2u);
@@ -567,13 +665,11 @@ TEST_F(AggregatorTest, SemiAsyncStopsWaitingForAWorkerThatLeft) {
   for (uint64_t c = 0; c < 3; ++c) {
     ASSERT_TRUE(agg->Push(MakePush(0, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
   }
-  std::thread drop([&] {
-    clock_.AwaitWaiting(1);  // the pull below is blocked
-    agg->UpdateMembership(2, {0});
-  });
-  EXPECT_TRUE(
-      agg->AwaitPull(0, 3, clock_.Now() + absl::Seconds(10), nullptr).ok());
-  drop.join();
+  auto pull = Admit(*agg, 0, 3, clock_.Now() + absl::Seconds(10));
+  EXPECT_FALSE(pull->decided.HasBeenNotified());
+  agg->UpdateMembership(2, {0});
+  ASSERT_TRUE(pull->decided.HasBeenNotified());
+  EXPECT_TRUE(pull->status.ok()) << pull->status;
   // Alone in the live set, worker 0's pushes apply on arrival.
   auto window4 = SemiAsync(2, 4, clock_);
   window4->UpdateMembership(2, {0});

@@ -480,12 +480,12 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   AssignBytes<uint64_t>(pull.mutable_keys(), std::vector<uint64_t>{staying});
   rpc::PullSparseResponse got;
   grpc::ServerContext ctx;
-  EXPECT_EQ((*server)->PullSparse(&ctx, &pull, &got).error_code(),
+  EXPECT_EQ(AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &got).error_code(),
             grpc::StatusCode::ABORTED);
   pull.set_map_version(2);
   rpc::PullSparseResponse served;
   grpc::ServerContext ctx2;
-  EXPECT_TRUE((*server)->PullSparse(&ctx2, &pull, &served).ok());
+  EXPECT_TRUE(AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx2, &pull, &served).ok());
 }
 
 // Servers 1 and 0 of TwoTableJob (on two servers) and a key of server 1's

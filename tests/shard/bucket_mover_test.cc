@@ -3,15 +3,15 @@
 // made again, and the move ends with every row where it belongs, once.
 #include "shard/bucket_mover.h"
 
-#include <gtest/gtest.h>
-
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "server/ps_server.h"
+#include "server/ps_service.h"
 #include "support/faulty_stub.h"
 
 namespace hetps {
@@ -39,6 +39,7 @@ JobConfig TwoServerJob() {
 // A PsServer of `config` serving on a free loopback port, in process.
 struct LocalServer {
   std::unique_ptr<PsServer> ps;
+  std::unique_ptr<PsService> service;
   std::unique_ptr<grpc::Server> server;
   std::string endpoint;
 };
@@ -49,11 +50,12 @@ LocalServer Serve(const JobConfig& config, uint32_t rank) {
   EXPECT_TRUE(ps.ok()) << ps.status();
   if (!ps.ok()) return local;
   local.ps = std::move(*ps);
+  local.service = std::make_unique<PsService>(local.ps.get());
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
-  builder.RegisterService(local.ps.get());
+  builder.RegisterService(local.service.get());
   local.server = builder.BuildAndStart();
   EXPECT_NE(local.server, nullptr);
   local.endpoint = "127.0.0.1:" + std::to_string(port);

@@ -1,0 +1,87 @@
+// PsService: the ParameterServer gRPC service, on gRPC's callback API, in
+// front of a PsServer. gRPC's callback threads are few and must not block,
+// so a request runs on them only when PsServer::RunsInline says it cannot
+// block there; otherwise (a bucket move in progress, an emulated slower
+// machine) it runs on this service's own threads, which may. Requests that
+// block by nature (Save, the moves' PrepareMove, AdoptShardMap, HandOver,
+// TakeOver) always run there. A pull that waits for its round or the SSP
+// bound holds no thread at all (PsServer::PullSparse).
+//
+// Thread-safety: gRPC calls the handlers concurrently. Outlives the
+// grpc::Server it is registered with (that server's Shutdown waits for the
+// requests running here).
+#pragma once
+
+#include "common/task_pool.h"
+#include "hetps.grpc.pb.h"
+#include "server/ps_server.h"
+
+namespace hetps {
+
+class PsService final : public rpc::ParameterServer::CallbackService {
+ public:
+  // `server` must outlive this.
+  explicit PsService(PsServer* server);
+
+  grpc::ServerUnaryReactor* PullSparse(
+      grpc::CallbackServerContext* context,
+      const rpc::PullSparseRequest* request,
+      rpc::PullSparseResponse* response) override;
+  grpc::ServerUnaryReactor* PullDense(
+      grpc::CallbackServerContext* context,
+      const rpc::PullDenseRequest* request,
+      rpc::PullDenseResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const rpc::PushRequest* request,
+                                 rpc::PushResponse* response) override;
+  grpc::ServerUnaryReactor* GetTableInfo(
+      grpc::CallbackServerContext* context,
+      const rpc::TableInfoRequest* request,
+      rpc::TableInfoResponse* response) override;
+  grpc::ServerUnaryReactor* UpdateMembership(
+      grpc::CallbackServerContext* context,
+      const rpc::MembershipUpdate* request,
+      rpc::MembershipAck* response) override;
+  grpc::ServerUnaryReactor* Save(grpc::CallbackServerContext* context,
+                                 const rpc::SaveRequest* request,
+                                 rpc::SaveResponse* response) override;
+  grpc::ServerUnaryReactor* PrepareMove(
+      grpc::CallbackServerContext* context,
+      const rpc::PrepareMoveRequest* request,
+      rpc::PrepareMoveResponse* response) override;
+  grpc::ServerUnaryReactor* AdoptShardMap(
+      grpc::CallbackServerContext* context,
+      const rpc::AdoptShardMapRequest* request,
+      rpc::AdoptShardMapResponse* response) override;
+  grpc::ServerUnaryReactor* HandOver(grpc::CallbackServerContext* context,
+                                     const rpc::HandOverRequest* request,
+                                     rpc::MovedRows* response) override;
+  grpc::ServerUnaryReactor* TakeOver(grpc::CallbackServerContext* context,
+                                     const rpc::TakeOverRequest* request,
+                                     rpc::TakeOverResponse* response) override;
+
+  // Threads that ran requests which could block, alive now.
+  size_t blocking_threads() const { return blocking_.threads(); }
+
+ private:
+  // Runs `handle` (returning the grpc::Status) on this thread when
+  // `inline_ok`, else on blocking_, and finishes the call with its status.
+  template <typename Handle>
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context,
+                                bool inline_ok, Handle handle);
+  // A pull: started here when the server runs requests inline, else on
+  // blocking_; finished by the server's callback.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Pull(
+      grpc::CallbackServerContext* context, const Request* request,
+      Response* response,
+      void (PsServer::*pull)(grpc::ServerContextBase*, const Request*,
+                             Response*, PsServer::Done));
+
+  PsServer* const server_;
+  // Unbounded: requests held by a move wait for other requests (TakeOver,
+  // AdoptShardMap) that a bound could keep out.
+  TaskPool blocking_{"ps-blocking", TaskPool::kUnbounded};
+};
+
+}  // namespace hetps
