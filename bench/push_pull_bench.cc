@@ -25,7 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/process_group.h"
 #include "cli/roles.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/median.h"
 #include "common/ports.h"
 #include "hetps/ps_client.h"
@@ -44,7 +44,7 @@ struct Timing {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hetps::TuneMalloc();
+  hetps::TuneProcess();
   CLI::App app{"hetps push/pull benchmark"};
   std::string topologies = "1x1,2x2";
   std::string keys_list = "10000,100000,1000000";

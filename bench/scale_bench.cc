@@ -33,7 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/process_group.h"
 #include "cli/roles.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/median.h"
 #include "common/ports.h"
 #include "hetps/ps_client.h"
@@ -229,7 +229,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hetps::TuneMalloc();
+  hetps::TuneProcess();
   CLI::App app{"hetps scale benchmark: many light workers, few servers"};
   Case base;
   std::string workers_list = "16,64,256";

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "hetps/config.h"
 #include "nlohmann/json.hpp"
 #include "table/optimizer.h"
@@ -42,7 +42,7 @@ uint64_t ResidentBytes() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hetps::TuneMalloc();
+  hetps::TuneProcess();
   CLI::App app{"hetps memory per sparse row"};
   uint64_t rows = 10000000;
   uint64_t dim = 16;

@@ -32,7 +32,7 @@
 #include "cli/process_group.h"
 #include "cli/roles.h"
 #include "common/hash.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/median.h"
 #include "common/ports.h"
 #include "common/zipf.h"
@@ -214,7 +214,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
 }  // namespace
 
 int main(int argc, char** argv) {
-  hetps::TuneMalloc();
+  hetps::TuneProcess();
   CLI::App app{"hetps live migration benchmark"};
   std::string servers_list = "2";
   std::string zipf_list = "0,1.1";

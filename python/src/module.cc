@@ -29,7 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/unique_keys.h"
 #include "common/logging.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "config/credentials.h"
 #include "config/environment.h"
 #include "coord/coordinator_client.h"
@@ -428,11 +428,11 @@ PYBIND11_MODULE(_hetps, m) {
   using hetps::PyBatch;
   using hetps::PyWorker;
   m.doc() = "hetps worker API (the C++ core; use the hetps package)";
-  // As every hetps process does (common/malloc_tuning.h); docs/PYTHON.md
+  // As every hetps process does (common/process_tuning.h); docs/PYTHON.md
   // says so, and HETPS_KEEP_MALLOC=1 leaves the interpreter's malloc alone.
   if (const char* keep = std::getenv("HETPS_KEEP_MALLOC");
       keep == nullptr || std::string(keep) != "1") {
-    hetps::TuneMalloc();
+    hetps::TuneProcess();
   }
   m.attr("__version__") = hetps::kVersionString;
   m.attr("_REPORT_PREFIX") = hetps::kReportPrefix;

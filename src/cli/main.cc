@@ -24,7 +24,7 @@
 #include "cli/calibrate.h"
 #include "cli/roles.h"
 #include "common/logging.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "config/credentials.h"
 #include "config/environment.h"
 #include "hetps/config.h"
@@ -49,7 +49,7 @@ int ConfigError(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hetps::TuneMalloc();
+  hetps::TuneProcess();
   CLI::App app{"hetps: a parameter server for heterogeneous clusters"};
   app.set_version_flag("--version", hetps::kVersionString);
   app.require_subcommand(1);

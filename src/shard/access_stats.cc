@@ -58,13 +58,17 @@ void HotKeys::Offer(uint32_t table, uint64_t key, double weight) {
     entries_.push_back({table, key, estimate});
     return;
   }
-  // A new candidate displaces the lightest when it outweighs it: a scan of
-  // a few hundred entries, for the rare key that does.
+  // A new candidate displaces the lightest when it outweighs it. The
+  // candidates' counts only grow between halvings, so the lightest count
+  // found by the last scan stays a lower bound: a key that does not beat it
+  // is turned away without scanning the few hundred entries.
+  if (estimate <= lightest_bound_) return;
   size_t min = 0;
   for (size_t i = 1; i < entries_.size(); ++i) {
     if (entries_[i].count < entries_[min].count) min = i;
   }
   Entry& e = entries_[min];
+  lightest_bound_ = e.count;
   if (estimate <= e.count) return;
   index_.erase(Id{e.table, e.key});
   index_[Id{table, key}] = min;
@@ -75,6 +79,7 @@ void HotKeys::Halve() {
   for (double& c : counts_) c /= 2;
   for (Entry& e : entries_) e.count /= 2;
   total_ /= 2;
+  lightest_bound_ /= 2;
 }
 
 double HotKeys::error() const { return std::exp(1.0) / width_ * total_; }

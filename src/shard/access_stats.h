@@ -69,6 +69,8 @@ class HotKeys {
   double total_ = 0;
   std::vector<Entry> entries_;             // the candidates
   absl::flat_hash_map<Id, size_t> index_;  // → entries_
+  // At most the lightest candidate's count (once entries_ is full).
+  double lightest_bound_ = 0;
 };
 
 enum class Access { kPull, kPush };
