@@ -19,11 +19,7 @@ TaskPool::~TaskPool() {
     work_.SignalAll();
     // A thread may still start another (a task that queues a task); wait
     // until the queue is empty and every thread has left.
-    mu_.Await(absl::Condition(
-        +[](TaskPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return pool->queue_.empty() && pool->running_.empty();
-        },
-        this));
+    while (!queue_.empty() || !running_.empty()) left_.Wait(&mu_);
   }
   JoinEnded();
 }
@@ -68,6 +64,7 @@ void TaskPool::Loop(std::list<std::thread>::iterator self) {
   // The handle moves to `ended_`, where the next Run or the destructor
   // joins it: a thread cannot join itself.
   ended_.splice(ended_.end(), running_, self);
+  left_.SignalAll();
 }
 
 void TaskPool::JoinEnded() {

@@ -52,6 +52,7 @@ class TaskPool {
   const absl::Duration idle_for_;
   mutable absl::Mutex mu_;
   absl::CondVar work_;  // a task was queued, or the pool stops
+  absl::CondVar left_;  // a thread ended
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::list<std::thread> running_ ABSL_GUARDED_BY(mu_);
   std::list<std::thread> ended_ ABSL_GUARDED_BY(mu_);
