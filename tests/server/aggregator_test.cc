@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -13,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "support/fake_clock.h"
+#include "support/test_support.h"
 #include "table/optimizer.h"
 
 namespace hetps {
@@ -44,16 +44,6 @@ std::shared_ptr<Admission> Admit(Aggregator& agg, uint32_t worker,
     admission->decided.Notify();
   }
   return admission;
-}
-
-// Threads of this process now (/proc/self/status).
-int ThreadsNow() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  }
-  return -1;
 }
 
 TableConfig SgdTable(const std::string& name, TableKind kind, uint64_t dim) {
@@ -325,7 +315,7 @@ TEST_F(AggregatorTest, HundredsOfWaitingPullsHoldNoThread) {
     AggregatorOptions options;
     options.window = 1;
     auto agg = *Aggregator::Create(mode, kWorkers, options, clock_);
-    const int threads_before = ThreadsNow();
+    const int threads_before = testing::ThreadsOfThisProcess();
     // Every worker but the last pushes twice and pulls at clock 2: sync
     // waits for round 0, semi_async for the slowest (the last, at 0).
     std::vector<std::shared_ptr<Admission>> pulls;
@@ -335,7 +325,7 @@ TEST_F(AggregatorTest, HundredsOfWaitingPullsHoldNoThread) {
       }
       pulls.push_back(Admit(*agg, w, 2, clock_.Now() + absl::Seconds(60)));
     }
-    EXPECT_EQ(ThreadsNow(), threads_before);
+    EXPECT_EQ(testing::ThreadsOfThisProcess(), threads_before);
     for (const auto& pull : pulls)
       EXPECT_FALSE(pull->decided.HasBeenNotified());
     // The last worker's two pushes let every pull go, on its thread.

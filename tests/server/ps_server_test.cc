@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/bytes.h"
 #include "common/channel.h"
 #include "compress/codec.h"
@@ -111,6 +113,79 @@ class PsServerTest : public ::testing::Test {
   std::unique_ptr<rpc::Coordinator::Stub> coord_;
   uint64_t clock_ = 0;
 };
+
+// Issue 17.4: over the wire, sync pulls that wait for their round hold no
+// server thread. 63 of 64 workers push round 0 and pull at clock 1; while
+// all 63 wait, the process has no more threads than before them (within
+// gRPC's own few); the last worker's push answers every one.
+TEST(PsServerScaleTest, WaitingPullsHoldNoThreadOverTheWire) {
+  constexpr uint32_t kWorkers = 64;
+  JobConfig config = TwoTableJob();
+  config.mode = ConsistencyMode::kSync;
+  config.cluster.workers = kWorkers;
+  config.train.warmup_rounds = 0;  // the first round takes a full step
+  auto node = ServerNode::Start(config, 0, "127.0.0.1:0");
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = rpc::ParameterServer::NewStub(MakeChannel(
+      "127.0.0.1:" + std::to_string((*node)->port()), 64 << 20, Credentials()));
+  auto push = [&](uint32_t worker) {
+    rpc::PushRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_worker_id(worker);
+    req.set_clock(0);
+    req.set_batch_size(1);
+    rpc::TableGradient* g = req.add_gradients();
+    g->set_table("emb");
+    g->set_dim(4);
+    AssignBytes<uint64_t>(g->mutable_keys(), std::vector<uint64_t>{7});
+    AssignBytes<float>(g->mutable_values(), std::vector<float>(4, 1.0f));
+    grpc::ClientContext ctx;
+    rpc::PushResponse resp;
+    return stub->Push(&ctx, req, &resp);
+  };
+  for (uint32_t w = 0; w + 1 < kWorkers; ++w) ASSERT_TRUE(push(w).ok());
+
+  struct Pull {
+    grpc::ClientContext ctx;
+    rpc::PullSparseRequest req;
+    rpc::PullSparseResponse resp;
+    absl::Notification done;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Pull>> pulls;
+  const int threads_before = testing::ThreadsOfThisProcess();
+  for (uint32_t w = 0; w + 1 < kWorkers; ++w) {
+    auto pull = std::make_unique<Pull>();
+    pull->req.set_protocol_version(kProtocolVersion);
+    pull->req.set_worker_id(w);
+    pull->req.set_clock(1);
+    pull->req.set_table("emb");
+    pull->req.set_dim(4);
+    AssignBytes<uint64_t>(pull->req.mutable_keys(), std::vector<uint64_t>{7});
+    Pull* p = pull.get();
+    stub->async()->PullSparse(&p->ctx, &p->req, &p->resp, [p](grpc::Status s) {
+      p->status = std::move(s);
+      p->done.Notify();
+    });
+    pulls.push_back(std::move(pull));
+  }
+  // Every pull has reached the aggregator (and waits there).
+  while ((*node)->ps().aggregator_stats().pulls() < kWorkers - 1) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_LE(testing::ThreadsOfThisProcess(), threads_before + 8);
+  for (const auto& pull : pulls) EXPECT_FALSE(pull->done.HasBeenNotified());
+
+  ASSERT_TRUE(push(kWorkers - 1).ok());
+  for (const auto& pull : pulls) {
+    pull->done.WaitForNotification();
+    ASSERT_TRUE(pull->status.ok()) << pull->status.error_message();
+    std::vector<float> row(4);
+    std::memcpy(row.data(), pull->resp.values().data(), 16);
+    // The round's mean gradient (1.0) times the learning rate (0.5).
+    EXPECT_EQ(row, (std::vector<float>{-0.5f, -0.5f, -0.5f, -0.5f}));
+  }
+}
 
 TEST_F(PsServerTest, WrongDimensionIsInvalidArgument) {
   ApplyOneGoodPush();
@@ -480,12 +555,15 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   AssignBytes<uint64_t>(pull.mutable_keys(), std::vector<uint64_t>{staying});
   rpc::PullSparseResponse got;
   grpc::ServerContext ctx;
-  EXPECT_EQ(AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &got).error_code(),
+  EXPECT_EQ(AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &got)
+                .error_code(),
             grpc::StatusCode::ABORTED);
   pull.set_map_version(2);
   rpc::PullSparseResponse served;
   grpc::ServerContext ctx2;
-  EXPECT_TRUE(AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx2, &pull, &served).ok());
+  EXPECT_TRUE(
+      AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx2, &pull, &served)
+          .ok());
 }
 
 // Servers 1 and 0 of TwoTableJob (on two servers) and a key of server 1's
@@ -534,8 +612,8 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
   std::vector<float> trained(4);
   ASSERT_TRUE(old_owner->sparse_table("emb")->Lookup(moving, trained));
 
-  auto v2 = v1.WithHandover({{bucket, 0}},
-                            {{0, {.incarnation = 0, .clock = 2}}});
+  auto v2 =
+      v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 2}}});
   ASSERT_TRUE(v2.ok());
   ASSERT_TRUE(old_owner->AdoptMap(*v2));
   ASSERT_TRUE(new_owner->AdoptMap(*v2));
@@ -614,7 +692,8 @@ TEST(PsServerShardingTest, RepeatedHandOverAndTakeOverChangeNothing) {
   const uint64_t moving = m.key;
   const uint32_t bucket = m.bucket;
   ASSERT_TRUE(PushOnes(*old_owner, 0, 1, {moving}).ok());
-  auto v2 = v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 1}}});
+  auto v2 =
+      v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 1}}});
   ASSERT_TRUE(v2.ok());
   ASSERT_TRUE(old_owner->AdoptMap(*v2));
   ASSERT_TRUE(new_owner->AdoptMap(*v2));

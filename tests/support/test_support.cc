@@ -132,6 +132,15 @@ std::string SourcePath(const std::string& relative) {
   return absl::StrCat(HETPS_SOURCE_DIR, "/", relative);
 }
 
+int ThreadsOfThisProcess() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
 ServerProcesses::ServerProcesses()
     : group_([this](const std::string&, const std::string& line) {
         if (line.rfind(kListeningPrefix, 0) == 0) ++listening_;

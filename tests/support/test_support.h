@@ -86,6 +86,9 @@ LaunchedJob LaunchJob(const TempDir& dir, const std::string& config,
 std::string HetpsBinary();
 std::string SourcePath(const std::string& relative);
 
+// Threads of this process now (/proc/self/status); -1 if unreadable.
+int ThreadsOfThisProcess();
+
 // `hetps server` processes for a config file whose cluster.ps_endpoints are
 // set. Start() returns once every server printed its listening line. The
 // children are killed when this object goes away.
