@@ -8,7 +8,8 @@
 // For every mode and worker count: `--servers` fresh `hetps server`
 // processes on 127.0.0.1 and that many worker threads in this process, one
 // PsClient each. A worker's step pulls `--keys` random rows of a dim-8
-// sparse table and a 256-float dense table, "computes" for `--compute_ms`
+// sparse table and a 256-float dense table (in the same call, as the
+// trainer does, unless --dense_along=false), "computes" for `--compute_ms`
 // (a sleep: the workers are light, the servers are what is measured) and
 // pushes gradients for both. Round r ends when the last worker has pushed
 // its step r; the JSON reports the median round time over the timed rounds
@@ -33,9 +34,9 @@
 #include "absl/strings/str_split.h"
 #include "cli/process_group.h"
 #include "cli/roles.h"
-#include "common/process_tuning.h"
 #include "common/median.h"
 #include "common/ports.h"
+#include "common/process_tuning.h"
 #include "hetps/ps_client.h"
 #include "nlohmann/json.hpp"
 #include "server_processes.h"
@@ -90,6 +91,7 @@ struct Case {
   int rounds = 40;
   uint64_t keys = 64;
   double compute_ms = 2;
+  bool dense_along = true;
 };
 
 absl::StatusOr<nlohmann::json> RunCase(const Case& c) {
@@ -166,8 +168,15 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c) {
       start.arrive_and_wait();
       for (int r = 0; r < total_rounds && !failed; ++r) {
         for (uint64_t& k : keys) k = key(rng);
-        absl::Status s = client.PullSparse("emb", keys, rows);
-        if (s.ok()) s = client.PullDense("mlp", dense);
+        absl::Status s;
+        if (c.dense_along) {  // as the trainer pulls (StepRunner::Pull)
+          const hetps::PsClient::DenseAlong along{"mlp", dense};
+          s = client.PullSparse("emb", keys, rows, hetps::KeySet::kMayRepeat,
+                                hetps::RowSource::kCacheAllowed, &along);
+        } else {
+          s = client.PullSparse("emb", keys, rows);
+          if (s.ok()) s = client.PullDense("mlp", dense);
+        }
         std::this_thread::sleep_for(
             std::chrono::duration<double, std::milli>(c.compute_ms));
         const hetps::TableGrad grads[] = {{"emb", keys, sparse_grads},
@@ -217,6 +226,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c) {
       {"workers", c.workers},
       {"keys", c.keys},
       {"compute_ms", c.compute_ms},
+      {"dense_along", c.dense_along},
       {"rounds", c.rounds},
       {"round_ms_median", hetps::Percentile(round_ms, 0.5)},
       {"round_ms_p90", hetps::Percentile(round_ms, 0.9)},
@@ -241,6 +251,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", base.rounds, "timed rounds per case");
   app.add_option("--keys", base.keys, "sparse keys per step");
   app.add_option("--compute_ms", base.compute_ms, "each step's compute");
+  app.add_option("--dense_along", base.dense_along,
+                 "pull the dense table with the rows (as the trainer does; "
+                 "false: a PullDense after the PullSparse)");
   app.add_option("--out", out_path, "also write the JSON here");
   CLI11_PARSE(app, argc, argv);
 

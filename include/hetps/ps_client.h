@@ -103,11 +103,19 @@ class PsClient {
 
   // Fills `out` (keys.size() * dim floats) with the rows of `keys`; rows are
   // created on first touch. Duplicates are fetched once unless the caller
-  // says the keys are unique (skipping the dedup pass).
+  // says the keys are unique (skipping the dedup pass). With `dense`, the
+  // same requests also fill dense table `dense->table` into `dense->out`
+  // (as PullDense would): a step's rows and dense weights in one call per
+  // server instead of two in a row.
+  struct DenseAlong {
+    std::string table;
+    std::span<float> out;
+  };
   absl::Status PullSparse(const std::string& table,
                           std::span<const uint64_t> keys, std::span<float> out,
                           KeySet key_set = KeySet::kMayRepeat,
-                          RowSource source = RowSource::kCacheAllowed);
+                          RowSource source = RowSource::kCacheAllowed,
+                          const DenseAlong* dense = nullptr);
 
   // Fills `out` with the whole dense table (assembled from every server).
   absl::Status PullDense(const std::string& table, std::span<float> out);

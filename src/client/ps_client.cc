@@ -212,7 +212,8 @@ struct PsClient::Impl {
         std::vector<uint64_t> keys;
         std::vector<float> values;
         if (g.codec() != 0) {
-          if (auto s = DecodeRows(g.values(), g.dim(), SIZE_MAX, &keys, &values);
+          if (auto s =
+                  DecodeRows(g.values(), g.dim(), SIZE_MAX, &keys, &values);
               !s.ok()) {
             return s;
           }
@@ -458,10 +459,31 @@ absl::StatusOr<uint64_t> PsClient::TableDim(const std::string& table) const {
   return it->second.dim;
 }
 
+namespace {
+
+// Copies server `s`'s (of `n`) slice of a dense table of out.size() floats
+// from its reply into `out`; INTERNAL when the reply has another slice.
+absl::Status CopyDenseSlice(uint32_t s, uint32_t n,
+                            const rpc::PullDenseResponse& reply,
+                            std::span<float> out) {
+  const auto [offset, length] = ShardMap::DenseSlice(out.size(), s, n);
+  const std::string& bytes = reply.values();
+  if (reply.offset() != offset || bytes.size() != length * sizeof(float)) {
+    return absl::InternalError(
+        absl::StrCat("server ", s, " returned dense slice at ", reply.offset(),
+                     " of ", bytes.size(), " bytes, expected ", offset, " of ",
+                     length * sizeof(float)));
+  }
+  std::memcpy(&out[offset], bytes.data(), bytes.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status PsClient::PullSparse(const std::string& table,
                                   std::span<const uint64_t> keys,
                                   std::span<float> out, KeySet key_set,
-                                  RowSource source) {
+                                  RowSource source, const DenseAlong* dense) {
   auto meta = impl_->Meta(table, /*sparse=*/true);
   if (!meta.ok()) return meta.status();
   const uint64_t dim = meta->dim;
@@ -470,7 +492,19 @@ absl::Status PsClient::PullSparse(const std::string& table,
         absl::StrCat("PullSparse('", table, "'): output holds ", out.size(),
                      " floats, need ", keys.size(), " × ", dim));
   }
-  if (keys.empty()) return absl::OkStatus();
+  uint64_t dense_size = 0;
+  if (dense != nullptr) {
+    auto dense_meta = impl_->Meta(dense->table, /*sparse=*/false);
+    if (!dense_meta.ok()) return dense_meta.status();
+    dense_size = dense_meta->dim;
+    if (dense->out.size() != dense_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PullSparse('", table, "') with dense '", dense->table,
+                       "': output holds ", dense->out.size(),
+                       " floats, the table has ", dense_size));
+    }
+  }
+  if (keys.empty() && dense == nullptr) return absl::OkStatus();
 
   UniqueKeys dedup;
   bool repeated = false;
@@ -495,8 +529,18 @@ absl::Status PsClient::PullSparse(const std::string& table,
   // Asks `targets` for the rows at `positions` (perhaps none: the pull is
   // still the step's gate and reports the server's applies). A refusal as
   // "moved" re-splits them by the newer map (both updated) and asks again.
+  // Servers holding a slice of the dense table asked for along (in
+  // `targets` from the start, with or without keys).
+  std::vector<bool> dense_slice(n, false);
+  if (dense != nullptr) {
+    for (uint32_t s = 0; s < n; ++s) {
+      dense_slice[s] = ShardMap::DenseSlice(dense_size, s, n).second > 0;
+    }
+  }
+  // `with_dense`: the requests also carry the dense read (the first fetch).
   auto fetch = [&](std::vector<std::vector<uint32_t>>& positions,
-                   std::vector<uint32_t>& targets) -> absl::Status {
+                   std::vector<uint32_t>& targets,
+                   bool with_dense) -> absl::Status {
     for (int attempt = 0;; ++attempt) {
       std::vector<rpc::PullSparseRequest> requests(n);
       for (uint32_t s : targets) {
@@ -508,8 +552,13 @@ absl::Status PsClient::PullSparse(const std::string& table,
         req.set_incarnation(at.incarnation);
         req.set_clock(at.clock);
         req.set_map_version(map->version());
+        if (with_dense && dense_slice[s]) {
+          req.set_dense_table(dense->table);
+          req.set_dense_size(dense_size);
+        }
         auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
-        for (size_t i = 0; i < dst.size(); ++i) dst[i] = unique[positions[s][i]];
+        for (size_t i = 0; i < dst.size(); ++i)
+          dst[i] = unique[positions[s][i]];
       }
       absl::Status status = impl_->CallAll(
           targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
@@ -519,7 +568,8 @@ absl::Status PsClient::PullSparse(const std::string& table,
       if (IsMovedError(status) && attempt < kMovedRetries) {
         if (auto r = impl_->Resplit(map, attempt); !r.ok()) return r;
         std::vector<uint32_t> all;
-        for (const auto& p : positions) all.insert(all.end(), p.begin(), p.end());
+        for (const auto& p : positions)
+          all.insert(all.end(), p.begin(), p.end());
         std::vector<uint64_t> keys_left(all.size());
         for (size_t i = 0; i < all.size(); ++i) keys_left[i] = unique[all[i]];
         auto split = PartitionByServer(*map, keys_left, at);
@@ -556,6 +606,12 @@ absl::Status PsClient::PullSparse(const std::string& table,
         impl_->pulled_bytes +=
             positions[s].size() * sizeof(uint64_t) + bytes.size();
         reported = std::max(reported, responses[s].map_version());
+        if (with_dense && dense_slice[s]) {
+          if (auto d = CopyDenseSlice(s, n, responses[s].dense(), dense->out);
+              !d.ok()) {
+            return d;
+          }
+        }
       }
       // A newer map for the next requests; a failure here is met again
       // (and reported) by the request that needs it.
@@ -592,9 +648,13 @@ absl::Status PsClient::PullSparse(const std::string& table,
   }
   std::vector<uint32_t> targets;
   for (uint32_t s = 0; s < n; ++s) {
-    if (!positions[s].empty() || !cached[s].empty()) targets.push_back(s);
+    if (!positions[s].empty() || !cached[s].empty() || dense_slice[s]) {
+      targets.push_back(s);
+    }
   }
-  if (auto s = fetch(positions, targets); !s.ok()) return s;
+  if (auto s = fetch(positions, targets, /*with_dense=*/true); !s.ok()) {
+    return s;
+  }
   if (cache != nullptr) {
     // What the servers said: their applies at the read (the version of
     // the rows pulled) and the bound; a cached row over it is pulled again.
@@ -640,7 +700,9 @@ absl::Status PsClient::PullSparse(const std::string& table,
     }
     if (!again_targets.empty()) {
       for (uint32_t s : again_targets) impl_->refetched_rows += again[s].size();
-      if (auto s = fetch(again, again_targets); !s.ok()) return s;
+      if (auto s = fetch(again, again_targets, /*with_dense=*/false); !s.ok()) {
+        return s;
+      }
       absl::MutexLock lock(&impl_->cache_mu);
       for (uint32_t s : again_targets) {
         for (uint32_t pos : again[s]) {
@@ -689,16 +751,7 @@ absl::Status PsClient::PullDense(const std::string& table,
       });
   if (!status.ok()) return status;
   for (uint32_t s : targets) {
-    const auto [offset, length] = ShardMap::DenseSlice(meta->dim, s, n);
-    const std::string& bytes = responses[s].values();
-    if (responses[s].offset() != offset ||
-        bytes.size() != length * sizeof(float)) {
-      return absl::InternalError(absl::StrCat(
-          "server ", s, " returned dense slice at ", responses[s].offset(),
-          " of ", bytes.size(), " bytes, expected ", offset, " of ",
-          length * sizeof(float)));
-    }
-    std::memcpy(&out[offset], bytes.data(), bytes.size());
+    if (auto d = CopyDenseSlice(s, n, responses[s], out); !d.ok()) return d;
   }
   return absl::OkStatus();
 }

@@ -255,6 +255,20 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
         absl::StrCat("table '", request.table(), "': keys field has ",
                      request.keys().size(), " bytes, not a multiple of 8")));
   }
+  // A dense slice asked for along (PullSparseRequest.dense_table).
+  DenseTable* dense = nullptr;
+  if (!request.dense_table().empty()) {
+    dense = dense_table(request.dense_table());
+    if (dense == nullptr) {
+      return finish(absl::NotFoundError(
+          absl::StrCat("unknown dense table '", request.dense_table(), "'")));
+    }
+    if (request.dense_size() != dense->config().dim) {
+      return finish(absl::InvalidArgumentError(absl::StrCat(
+          "table '", request.dense_table(), "' has size ", dense->config().dim,
+          ", request says ", request.dense_size())));
+    }
+  }
   // The keys, viewed in place (copied when misaligned): shared with the
   // read, which may run later.
   auto scratch = std::make_shared<std::vector<uint64_t>>();
@@ -269,7 +283,8 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return finish(clock.status());
-  Read read = [this, &request, response, table, keys, scratch, clock = *clock] {
+  Read read = [this, &request, response, table, dense, keys, scratch,
+               clock = *clock] {
     response->set_map_version(map_version());
     auto out =
         ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
@@ -286,10 +301,23 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
     access_.Record(Access::kPull, table->config().name, keys,
                    table->dim() * sizeof(float),
                    pace_.Pace(clock_.Now() - began));
+    if (dense != nullptr) {
+      ReadDense(request.worker_id(), dense, response->mutable_dense());
+    }
     return absl::OkStatus();
   };
   AdmitThenRead(context, request.worker_id(), *clock, std::move(read),
                 std::move(finish));
+}
+
+void PsServer::ReadDense(uint32_t worker_id, DenseTable* table,
+                         rpc::PullDenseResponse* response) {
+  response->set_offset(table->offset());
+  const absl::Time began = clock_.Now();
+  aggregator_->PullDense(
+      worker_id, table,
+      ResizeAs<float>(response->mutable_values(), table->length()));
+  access_.RecordOther(pace_.Pace(clock_.Now() - began));
 }
 
 void PsServer::PullDense(grpc::ServerContextBase* context,
@@ -319,12 +347,7 @@ void PsServer::PullDense(grpc::ServerContextBase* context,
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return finish(clock.status());
   Read read = [this, &request, response, table] {
-    response->set_offset(table->offset());
-    const absl::Time began = clock_.Now();
-    aggregator_->PullDense(
-        request.worker_id(), table,
-        ResizeAs<float>(response->mutable_values(), table->length()));
-    access_.RecordOther(pace_.Pace(clock_.Now() - began));
+    ReadDense(request.worker_id(), table, response);
     return absl::OkStatus();
   };
   AdmitThenRead(context, request.worker_id(), *clock, std::move(read),

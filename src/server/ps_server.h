@@ -170,6 +170,10 @@ class PsServer final {
   void AdmitThenRead(grpc::ServerContextBase* context, uint32_t worker_id,
                      uint64_t clock, Read read,
                      std::function<void(absl::Status)> done);
+  // Reads this server's slice of `table` into `response` for an admitted
+  // pull of `worker_id` (PullDense, or along a PullSparse).
+  void ReadDense(uint32_t worker_id, DenseTable* table,
+                 rpc::PullDenseResponse* response);
   absl::Status DoPush(grpc::ServerContextBase* context,
                       const rpc::PushRequest& request);
   // Keys of a request at `at` split by map `split_version`: within the size

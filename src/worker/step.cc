@@ -56,13 +56,14 @@ absl::Status StepRunner::Pull(Step& step, RowSource source) {
   const absl::Time began = clock_.Now();
   step.unique.Build(step.batch.keys);
   step.rows.resize(step.unique.keys().size() * model_.row_dim());
+  step.dense.resize(model_.dense_size());
+  // The dense weights come with the rows: one call per server.
+  const PsClient::DenseAlong dense{dense_table(), step.dense};
   if (auto s = client_.PullSparse(sparse_table(), step.unique.keys(), step.rows,
-                                  KeySet::kUnique, source);
+                                  KeySet::kUnique, source, &dense);
       !s.ok()) {
     return s;
   }
-  step.dense.resize(model_.dense_size());
-  if (auto s = client_.PullDense(dense_table(), step.dense); !s.ok()) return s;
   device_.Throttle(step.unique.keys().size() * 8 +
                        (step.rows.size() + step.dense.size()) * 4,
                    began);

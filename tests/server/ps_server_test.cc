@@ -238,6 +238,104 @@ TEST_F(PsServerTest, UnknownTableIsNotFound) {
   ExpectUnchangedAndServing();
 }
 
+// A dense read along a sparse pull (PullSparseRequest.dense_table) is
+// checked as a PullDense is, before anything is read.
+TEST_F(PsServerTest, ADenseTableAlongASparsePullIsChecked) {
+  ApplyOneGoodPush();
+  rpc::PullSparseRequest pull;
+  pull.set_protocol_version(kProtocolVersion);
+  pull.set_table("emb");
+  pull.set_dim(4);
+  pull.set_clock(1);
+  AssignBytes<uint64_t>(pull.mutable_keys(), std::vector<uint64_t>{1});
+  pull.set_dense_table("nope");
+  pull.set_dense_size(3);
+  {
+    grpc::ClientContext ctx;
+    rpc::PullSparseResponse resp;
+    grpc::Status s = ps_->PullSparse(&ctx, pull, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("unknown dense table 'nope'"));
+  }
+  pull.set_dense_table("dense");
+  pull.set_dense_size(5);
+  {
+    grpc::ClientContext ctx;
+    rpc::PullSparseResponse resp;
+    grpc::Status s = ps_->PullSparse(&ctx, pull, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("has size 3, request says 5"));
+  }
+  pull.set_dense_size(3);
+  grpc::ClientContext ctx;
+  rpc::PullSparseResponse resp;
+  ASSERT_TRUE(ps_->PullSparse(&ctx, pull, &resp).ok());
+  EXPECT_EQ(resp.values().size(), 4 * sizeof(float));
+  EXPECT_EQ(resp.dense().offset(), 0u);
+  EXPECT_EQ(resp.dense().values().size(), 3 * sizeof(float));
+  ExpectUnchangedAndServing();
+}
+
+// Through PsClient on two servers: the rows and the dense slices a pull
+// brings along are those PullSparse and PullDense bring on their own.
+TEST(PsServerPullTest, ADenseTableAlongASparsePullMatchesPullingItAlone) {
+  JobConfig config = TwoTableJob();
+  config.cluster.ps_endpoints = testing::FreeEndpoints(2);
+  config.tables[1].dim = 5;  // slices of 3 and 2
+  std::vector<std::unique_ptr<ServerNode>> nodes;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    auto node =
+        ServerNode::Start(config, rank, config.cluster.ps_endpoints[rank]);
+    ASSERT_TRUE(node.ok()) << node.status();
+    nodes.push_back(std::move(*node));
+  }
+  PsClientOptions options;
+  options.endpoints = config.cluster.ps_endpoints;
+  auto client = PsClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> keys = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> grads(keys.size() * 4), dense_grads(5);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * (i % 5);
+  for (size_t i = 0; i < dense_grads.size(); ++i) dense_grads[i] = 1.0f + i;
+  const TableGrad step[] = {{"emb", keys, grads}, {"dense", {}, dense_grads}};
+  ASSERT_TRUE((*client)->Push(step, 1, KeySet::kUnique).ok());
+
+  std::vector<float> rows(keys.size() * 4), dense(5);
+  const PsClient::DenseAlong along{"dense", dense};
+  ASSERT_TRUE((*client)
+                  ->PullSparse("emb", keys, rows, KeySet::kUnique,
+                               RowSource::kServers, &along)
+                  .ok());
+  std::vector<float> alone_rows(rows.size()), alone_dense(5);
+  ASSERT_TRUE((*client)->PullSparse("emb", keys, alone_rows).ok());
+  ASSERT_TRUE((*client)->PullDense("dense", alone_dense).ok());
+  EXPECT_EQ(rows, alone_rows);
+  EXPECT_EQ(dense, alone_dense);
+  EXPECT_EQ(dense, (std::vector<float>{-0.5f, -1.0f, -1.5f, -2.0f, -2.5f}));
+  // With no keys, the dense table still comes.
+  std::vector<float> only_dense(5);
+  const PsClient::DenseAlong only{"dense", only_dense};
+  ASSERT_TRUE((*client)
+                  ->PullSparse("emb", {}, {}, KeySet::kUnique,
+                               RowSource::kServers, &only)
+                  .ok());
+  EXPECT_EQ(only_dense, alone_dense);
+  // A wrong size or table is refused before anything is sent.
+  std::vector<float> short_dense(4);
+  const PsClient::DenseAlong wrong{"dense", short_dense};
+  EXPECT_EQ((*client)
+                ->PullSparse("emb", keys, rows, KeySet::kUnique,
+                             RowSource::kServers, &wrong)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  const PsClient::DenseAlong unknown{"nope", dense};
+  EXPECT_EQ((*client)
+                ->PullSparse("emb", keys, rows, KeySet::kUnique,
+                             RowSource::kServers, &unknown)
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
 // Worker ids index per-worker state on the server: one outside the job
 // (the job has 1 worker) is refused on every request, and the read-only id
 // may pull but not push.
