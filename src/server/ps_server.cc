@@ -1,9 +1,9 @@
 #include "server/ps_server.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -82,9 +82,9 @@ PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
       access_(shard_map.num_buckets(), SparseTableNames(config), clock),
       pace_(config_.ServerProfileOf(rank), clock, clock.Now()),
       paced_(config_.ServerProfileOf(rank) != nullptr),
-      readers_("ps-reader",
-               paced_ ? TaskPool::kUnbounded
-                      : std::max(1u, std::thread::hardware_concurrency())),
+      readers_("ps-reader", paced_ ? TaskPool::kUnbounded
+                                   : static_cast<size_t>(std::max(
+                                         1.0, std::ceil(ReadCpuLimit().cpus)))),
       seen_(config.num_workers()) {
   for (int w = 0; w < config_.num_workers(); ++w) {
     live_.push_back(static_cast<uint32_t>(w));

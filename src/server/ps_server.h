@@ -250,8 +250,9 @@ class PsServer final {
   AccessRecorder access_;  // rows, bytes and hot keys of sparse requests
   ServerPace pace_;        // server_profiles: an emulated slower machine
   const bool paced_;       // pace_ has a profile
-  // Read the rows of pulls that waited: one thread per core, or as many as
-  // wait at once on an emulated slower machine (whose reads sleep).
+  // Read the rows of pulls that waited: one thread per CPU this process
+  // may use (its affinity and cgroup quota), or as many as wait at once on
+  // an emulated slower machine (whose reads sleep).
   TaskPool readers_;
 
   // Live bucket migration. Per worker the newest (incarnation, clock) of a
