@@ -105,6 +105,22 @@ class PsServer final {
   // and the server is no emulated slower machine (its handlers sleep).
   // Otherwise PsService hands them to threads that may block.
   bool RunsInline() const { return !moving_.load() && !paced_; }
+  // While one lives, the calling thread must not block (PsService sets it
+  // around a request it runs on gRPC's callback threads): a request that
+  // would wait for a bucket move after all (one began after RunsInline
+  // said no) is refused with UNAVAILABLE instead. Nothing of it has been
+  // applied then; the client retries, and PsService, seeing the move, runs
+  // the retry on a thread that may wait.
+  class NoBlockingScope {
+   public:
+    NoBlockingScope();
+    ~NoBlockingScope();
+    NoBlockingScope(const NoBlockingScope&) = delete;
+    NoBlockingScope& operator=(const NoBlockingScope&) = delete;
+
+   private:
+    const bool outer_;
+  };
 
   // What Save calls (the server's Checkpointer); unset: FAILED_PRECONDITION.
   void SetSaveHandler(std::function<absl::StatusOr<std::string>()> save) {

@@ -33,6 +33,17 @@ ShardMap::WorkerCut Unpack(uint64_t packed) {
 
 }  // namespace
 
+namespace {
+// Set while a NoBlockingScope lives on this thread.
+thread_local bool t_no_blocking = false;
+}  // namespace
+
+PsServer::NoBlockingScope::NoBlockingScope() : outer_(t_no_blocking) {
+  t_no_blocking = true;
+}
+
+PsServer::NoBlockingScope::~NoBlockingScope() { t_no_blocking = outer_; }
+
 absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
                                   const ShardMap::RequestClock& at,
                                   std::span<const uint64_t> keys) {
@@ -46,6 +57,12 @@ absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
   }
   if (!moving_.load()) return absl::OkStatus();
   absl::MutexLock lock(&move_mu_);
+  if (t_no_blocking && MustWait(at, keys)) {
+    return absl::UnavailableError(
+        absl::StrCat("server ", rank_,
+                     ": a bucket move began as this request arrived; "
+                     "retry"));
+  }
   const absl::Time deadline = absl::Now() + kMoveWait;
   while (MustWait(at, keys)) {
     if (context != nullptr && context->IsCancelled()) {
@@ -82,9 +99,10 @@ absl::Status PsServer::RunWithoutMoves(const std::function<void()>& fn) {
     const absl::Time deadline = absl::Now() + kMoveSettleWait;
     while (saving_ || MoveInvolvesThisServer()) {
       if (absl::Now() >= deadline) {
-        return absl::UnavailableError(absl::StrCat(
-            "server ", rank_, ": a bucket move to or from it did not settle in ",
-            absl::FormatDuration(kMoveSettleWait)));
+        return absl::UnavailableError(
+            absl::StrCat("server ", rank_,
+                         ": a bucket move to or from it did not settle in ",
+                         absl::FormatDuration(kMoveSettleWait)));
       }
       move_changed_.WaitWithTimeout(&move_mu_, absl::Milliseconds(50));
     }
@@ -171,9 +189,10 @@ bool PsServer::AdoptMapLocked(ShardMap map,
           still.insert(bucket);
         }
       }
-      handed_ = still.empty() ? nullptr
-                              : std::make_shared<const absl::flat_hash_set<
-                                    uint32_t>>(std::move(still));
+      handed_ = still.empty()
+                    ? nullptr
+                    : std::make_shared<const absl::flat_hash_set<uint32_t>>(
+                          std::move(still));
       if (handed_ == nullptr) {
         last_handed_.clear();
         last_handed_rows_.reset();
@@ -242,10 +261,10 @@ grpc::Status PsServer::AdoptShardMap(grpc::ServerContextBase*,
   const ShardMap current = shard_map();
   if (map->num_servers() != current.num_servers() ||
       map->num_buckets() != current.num_buckets()) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "shard map of ", map->num_servers(), " servers and ",
-        map->num_buckets(), " buckets; this job has ", current.num_servers(),
-        " and ", current.num_buckets())));
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("shard map of ", map->num_servers(), " servers and ",
+                     map->num_buckets(), " buckets; this job has ",
+                     current.num_servers(), " and ", current.num_buckets())));
   }
   if (AdoptMap(*std::move(map))) {
     spdlog::debug("server {}: shard map version {}", rank_, map_version());
@@ -296,9 +315,10 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
   const uint32_t num_buckets = map.num_buckets();
   {
     absl::MutexLock map_lock(&map_mu_);
-    auto handed = handed_ != nullptr
-                      ? std::make_shared<absl::flat_hash_set<uint32_t>>(*handed_)
-                      : std::make_shared<absl::flat_hash_set<uint32_t>>();
+    auto handed =
+        handed_ != nullptr
+            ? std::make_shared<absl::flat_hash_set<uint32_t>>(*handed_)
+            : std::make_shared<absl::flat_hash_set<uint32_t>>();
     handed->insert(buckets.begin(), buckets.end());
     handed_ = std::move(handed);
   }
@@ -315,8 +335,8 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
           [&](uint64_t key) {
             return buckets.contains(BucketOfKey(key, num_buckets));
           },
-          [&](uint64_t key, std::span<const float> w,
-              std::span<const float> s, uint64_t updates) {
+          [&](uint64_t key, std::span<const float> w, std::span<const float> s,
+              uint64_t updates) {
             keys.push_back(key);
             weights.insert(weights.end(), w.begin(), w.end());
             state.insert(state.end(), s.begin(), s.end());
@@ -328,11 +348,11 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
       extracted += keys.size();
     }
   });
-  spdlog::info("server {}: handed over {} buckets, {} rows ({:.1f} MB) in "
-               "{:.1f} ms",
-               rank_, request.buckets_size(), extracted,
-               rows.ByteSizeLong() / 1e6,
-               absl::ToDoubleMilliseconds(absl::Now() - began));
+  spdlog::info(
+      "server {}: handed over {} buckets, {} rows ({:.1f} MB) in "
+      "{:.1f} ms",
+      rank_, request.buckets_size(), extracted, rows.ByteSizeLong() / 1e6,
+      absl::ToDoubleMilliseconds(absl::Now() - began));
   absl::MutexLock map_lock(&map_mu_);
   last_handed_ = std::move(asked);
   last_handed_rows_ = std::make_shared<const rpc::MovedRows>(rows);
@@ -376,8 +396,7 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
         static_cast<size_t>(moved.update_counts_size()) != n) {
       return absl::InvalidArgumentError(absl::StrCat(
           "moved rows of table '", moved.table(), "' are not ", n,
-          " rows of dim ", table->dim(), " with state ",
-          table->state_width()));
+          " rows of dim ", table->dim(), " with state ", table->state_width()));
     }
   }
   // One TakeOver at a time; a bucket whose rows arrived already (the reply

@@ -11,6 +11,7 @@ grpc::ServerUnaryReactor* PsService::Run(grpc::CallbackServerContext* context,
                                          bool inline_ok, Handle handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (inline_ok) {
+    PsServer::NoBlockingScope no_blocking;
     reactor->Finish(handle());
   } else {
     blocking_.Run([reactor, handle = std::move(handle)]() mutable {
@@ -32,6 +33,7 @@ grpc::ServerUnaryReactor* PsService::Pull(
                      [reactor](grpc::Status s) { reactor->Finish(s); });
   };
   if (server_->RunsInline()) {
+    PsServer::NoBlockingScope no_blocking;
     start();
   } else {
     blocking_.Run(std::move(start));

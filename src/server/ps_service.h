@@ -1,8 +1,10 @@
 // PsService: the ParameterServer gRPC service, on gRPC's callback API, in
 // front of a PsServer. gRPC's callback threads are few and must not block,
 // so a request runs on them only when PsServer::RunsInline says it cannot
-// block there; otherwise (a bucket move in progress, an emulated slower
-// machine) it runs on this service's own threads, which may. Requests that
+// block there, and under a PsServer::NoBlockingScope (a move that begins
+// meanwhile gets it refused with UNAVAILABLE, which the client retries);
+// otherwise (a bucket move in progress, an emulated slower machine) it runs
+// on this service's own threads, which may. Requests that
 // block by nature (Save, the moves' PrepareMove, AdoptShardMap, HandOver,
 // TakeOver) always run there. A pull that waits for its round or the SSP
 // bound holds no thread at all (PsServer::PullSparse).
