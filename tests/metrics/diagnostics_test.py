@@ -116,6 +116,7 @@ class Roles:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+                p.wait()  # gone from its cgroup before the cgroup goes
 
 
 def expect(diagnostics: list, kind: str, subject: str):
