@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "server/aggregator_modes.h"
 
@@ -313,25 +312,6 @@ std::unique_ptr<Aggregator> NewSyncAggregator(uint32_t num_workers,
 }  // namespace hetps::aggregator_internal
 
 namespace hetps {
-
-absl::Status Aggregator::AwaitPull(uint32_t worker_id, uint64_t clock,
-                                   absl::Time deadline,
-                                   std::function<bool()> cancelled) {
-  absl::Notification decided;
-  absl::Status outcome;
-  std::optional<absl::Status> now =
-      AdmitPull({.worker_id = worker_id,
-                 .clock = clock,
-                 .deadline = deadline,
-                 .cancelled = std::move(cancelled)},
-                [&](absl::Status status) {
-                  outcome = std::move(status);
-                  decided.Notify();
-                });
-  if (now) return *now;
-  decided.WaitForNotification();
-  return outcome;
-}
 
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(
     ConsistencyMode mode, uint32_t num_workers, AggregatorOptions options,

@@ -143,11 +143,6 @@ class Aggregator {
   virtual std::optional<absl::Status> AdmitPull(PullWait wait,
                                                 PullAdmitted admitted) = 0;
 
-  // AdmitPull, blocking the caller until the outcome is known.
-  absl::Status AwaitPull(uint32_t worker_id, uint64_t clock,
-                         absl::Time deadline,
-                         std::function<bool()> cancelled = nullptr);
-
   // Reads rows (a dense slice) into `out` for a pull of `worker_id` that
   // AdmitPull admitted. semi_async may read them ahead of its queue (see
   // above); the other modes read the tables.

@@ -227,14 +227,18 @@ void PsServer::AdmitThenRead(grpc::ServerContextBase* context,
   if (now) then->second(now->ok() ? then->first() : *now);
 }
 
-void PsServer::PullSparse(grpc::ServerContextBase* context,
-                          const rpc::PullSparseRequest* request_ptr,
-                          rpc::PullSparseResponse* response, Done done) {
-  const absl::Time start = clock_.Now();
-  auto finish = [this, start, done = std::move(done)](absl::Status status) {
+std::function<void(absl::Status)> PsServer::TimedPull(Done done) {
+  return [this, start = clock_.Now(),
+          done = std::move(done)](absl::Status status) {
     pull_latency_.Observe(clock_.Now() - start);
     done(ToGrpcStatus(status));
   };
+}
+
+void PsServer::PullSparse(grpc::ServerContextBase* context,
+                          const rpc::PullSparseRequest* request_ptr,
+                          rpc::PullSparseResponse* response, Done done) {
+  auto finish = TimedPull(std::move(done));
   const rpc::PullSparseRequest& request = *request_ptr;
   if (auto s = CheckProtocolVersion(request.protocol_version(), "pull");
       !s.ok()) {
@@ -323,11 +327,7 @@ void PsServer::ReadDense(uint32_t worker_id, DenseTable* table,
 void PsServer::PullDense(grpc::ServerContextBase* context,
                          const rpc::PullDenseRequest* request_ptr,
                          rpc::PullDenseResponse* response, Done done) {
-  const absl::Time start = clock_.Now();
-  auto finish = [this, start, done = std::move(done)](absl::Status status) {
-    pull_latency_.Observe(clock_.Now() - start);
-    done(ToGrpcStatus(status));
-  };
+  auto finish = TimedPull(std::move(done));
   const rpc::PullDenseRequest& request = *request_ptr;
   if (auto s = CheckProtocolVersion(request.protocol_version(), "pull");
       !s.ok()) {

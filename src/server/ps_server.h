@@ -178,6 +178,8 @@ class PsServer final {
   PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
            std::unique_ptr<Aggregator> aggregator, Clock& clock);
 
+  // A pull's end from now on: records its latency and calls `done`.
+  std::function<void(absl::Status)> TimedPull(Done done);
   // A pull's table reads, once it is admitted (PullSparse, PullDense).
   using Read = std::function<absl::Status()>;
   // Admits a pull of `worker_id` at job clock `clock` (Aggregator::

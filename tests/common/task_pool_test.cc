@@ -7,6 +7,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "support/test_support.h"
 
 namespace hetps {
 namespace {
@@ -48,7 +49,8 @@ TEST(TaskPoolTest, IdleThreadsEndAndNewWorkStartsOneAgain) {
   absl::Notification first;
   pool.Run([&] { first.Notify(); });
   first.WaitForNotification();
-  while (pool.threads() > 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(testing::WaitFor([&] { return pool.threads() == 0; }))
+      << "the idle thread never ended";
   absl::Notification second;
   pool.Run([&] { second.Notify(); });
   second.WaitForNotification();

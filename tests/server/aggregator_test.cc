@@ -46,6 +46,15 @@ std::shared_ptr<Admission> Admit(Aggregator& agg, uint32_t worker,
   return admission;
 }
 
+// AdmitPull of a pull whose deadline is `now`: it is decided at once (OK,
+// or DEADLINE_EXCEEDED).
+absl::Status AdmitNow(Aggregator& agg, uint32_t worker, uint64_t clock,
+                      absl::Time now) {
+  std::shared_ptr<Admission> admission = Admit(agg, worker, clock, now);
+  EXPECT_TRUE(admission->decided.HasBeenNotified());
+  return admission->status;
+}
+
 TableConfig SgdTable(const std::string& name, TableKind kind, uint64_t dim) {
   TableConfig t;
   t.name = name;
@@ -219,7 +228,7 @@ TEST_F(AggregatorTest, SyncRestartedServerJoinsTheRoundItsWorkersAreIn) {
   auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
   // Worker 0 pulls at clock 6 (it pushed round 5 elsewhere before the
   // restart); worker 1 retries its push of round 5.
-  absl::Status early = agg->AwaitPull(0, 6, clock_.Now(), nullptr);
+  absl::Status early = AdmitNow(*agg, 0, 6, clock_.Now());
   EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded)
       << "worker 1 is not known past round 0 yet";
   EXPECT_EQ(agg->applied_rounds(), 0u);
@@ -228,7 +237,7 @@ TEST_F(AggregatorTest, SyncRestartedServerJoinsTheRoundItsWorkersAreIn) {
   // (worker 0 is past it): applied once, as its only gradient.
   EXPECT_EQ(agg->applied_rounds(), 6u);
   EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, -1.0f}));
-  EXPECT_TRUE(agg->AwaitPull(0, 6, clock_.Now(), nullptr).ok());
+  EXPECT_TRUE(AdmitNow(*agg, 0, 6, clock_.Now()).ok());
   EXPECT_EQ(agg->RejoinClock(1), 6u);
 }
 
@@ -264,9 +273,9 @@ TEST_F(AggregatorTest, SyncAppliesAPushedRoundWhenEveryWorkerIsGone) {
 
 TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
   auto agg = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
-  ASSERT_TRUE(agg->AwaitPull(0, 0, clock_.Now(), nullptr).ok());
+  ASSERT_TRUE(AdmitNow(*agg, 0, 0, clock_.Now()).ok());
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
-  absl::Status s = agg->AwaitPull(0, 1, clock_.Now(), nullptr);
+  absl::Status s = AdmitNow(*agg, 0, 1, clock_.Now());
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("workers [1]"), std::string::npos) << s;
   // Once worker 1 pushes, the waiting pull is released, by that push.
@@ -388,7 +397,7 @@ TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
   EXPECT_EQ(Row(7), (std::vector<float>{-1.0f, 0.0f}));
   EXPECT_EQ(Dense(), (std::vector<float>{-1.0f, 0.0f, 0.0f}));
   EXPECT_EQ(agg->applied_rounds(), 2u);
-  EXPECT_TRUE(agg->AwaitPull(0, 100, clock_.Now(), nullptr).ok());
+  EXPECT_TRUE(AdmitNow(*agg, 0, 100, clock_.Now()).ok());
 }
 
 // ------------------------------------------------------------ semi_async
@@ -433,10 +442,10 @@ TEST_F(AggregatorTest, SemiAsyncTimeBoundAppliesAnOldQueue) {
   auto agg = SemiAsync(3, 10, clock_);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   clock_.Advance(absl::Milliseconds(999));
-  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
+  ASSERT_TRUE(AdmitNow(*agg, 0, 1, clock_.Now()).ok());
   EXPECT_EQ(agg->applied_rounds(), 0u);  // not old enough yet
   clock_.Advance(absl::Milliseconds(1));
-  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
+  ASSERT_TRUE(AdmitNow(*agg, 0, 1, clock_.Now()).ok());
   EXPECT_EQ(agg->applied_rounds(), 1u);
   EXPECT_EQ(agg->Stats().applies_by_time(), 1u);
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -0.5f}));
@@ -445,7 +454,7 @@ TEST_F(AggregatorTest, SemiAsyncTimeBoundAppliesAnOldQueue) {
 TEST_F(AggregatorTest, SemiAsyncWeighsStaleGradientsDown) {
   // Window 1: every push is applied at once, so versions count pushes.
   auto agg = SemiAsync(2, 1, clock_);
-  ASSERT_TRUE(agg->AwaitPull(0, 0, clock_.Now(), nullptr).ok());  // w0 reads v0
+  ASSERT_TRUE(AdmitNow(*agg, 0, 0, clock_.Now()).ok());  // w0 reads v0
   std::vector<float> read(2);
   const uint64_t key = 7;
   agg->PullSparse(0, &sparse_, {&key, 1}, read);
@@ -475,7 +484,7 @@ TEST_F(AggregatorTest, SemiAsyncReadsAheadOfTheQueue) {
   const uint64_t key = 7;
   std::vector<float> read(2), dense(3);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {1, 0, 0})).ok());
-  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
+  ASSERT_TRUE(AdmitNow(*agg, 0, 1, clock_.Now()).ok());
   agg->PullSparse(0, &sparse_, {&key, 1}, read);
   agg->PullDense(0, &dense_, dense);
   // Mean gradient (2, 4), sgd lr 0.5, half a step.
@@ -511,14 +520,14 @@ TEST_F(AggregatorTest, SemiAsyncWarmsUpAndReadsAheadTheWarmedUpStep) {
   const uint64_t key = 7;
   std::vector<float> read(2);
   ASSERT_TRUE(agg->Push(MakePush(0, 0, 2, {7}, {2, 4}, {0, 0, 0})).ok());
-  ASSERT_TRUE(agg->AwaitPull(0, 1, clock_.Now(), nullptr).ok());
+  ASSERT_TRUE(AdmitNow(*agg, 0, 1, clock_.Now()).ok());
   agg->PullSparse(0, &sparse_, {&key, 1}, read);
   // Half a round queued: half a step, warmed up to 2 of 8 samples.
   EXPECT_EQ(read, (std::vector<float>{-0.125f, -0.25f}));
   ASSERT_TRUE(agg->Push(MakePush(1, 0, 2, {7}, {2, 4}, {0, 0, 0})).ok());
   // A full round, warmed up to 4 of 8: half a step.
   EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, -1.0f}));
-  ASSERT_TRUE(agg->AwaitPull(1, 1, clock_.Now(), nullptr).ok());
+  ASSERT_TRUE(AdmitNow(*agg, 1, 1, clock_.Now()).ok());
   agg->PullSparse(1, &sparse_, {&key, 1}, read);  // fresh: no stale weight
   ASSERT_TRUE(agg->Push(MakePush(0, 1, 2, {7}, {2, 4}, {0, 0, 0})).ok());
   ASSERT_TRUE(agg->Push(MakePush(1, 1, 2, {7}, {2, 4}, {0, 0, 0})).ok());
@@ -632,12 +641,12 @@ TEST_F(AggregatorTest, SemiAsyncHoldsAPullMoreThanWindowClocksAhead) {
     ASSERT_TRUE(agg->Push(MakePush(0, c, 1, {7}, {0, 0}, {0, 0, 0})).ok());
   }
   // Worker 0 has made 3 pushes, worker 1 none: 3 - 0 > window 2.
-  absl::Status held = agg->AwaitPull(0, 3, clock_.Now(), nullptr);
+  absl::Status held = AdmitNow(*agg, 0, 3, clock_.Now());
   EXPECT_EQ(held.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(held.message().find("slowest live worker (clock 0, window 2)"),
             std::string::npos)
       << held;
-  ASSERT_TRUE(agg->AwaitPull(0, 2, clock_.Now(), nullptr).ok());  // 2 - 0 <= 2
+  ASSERT_TRUE(AdmitNow(*agg, 0, 2, clock_.Now()).ok());  // 2 - 0 <= 2
   // Released as soon as worker 1 pushes once.
   auto pull = Admit(*agg, 0, 3, clock_.Now() + absl::Seconds(10));
   EXPECT_FALSE(pull->decided.HasBeenNotified());

@@ -170,9 +170,9 @@ TEST(PsServerScaleTest, WaitingPullsHoldNoThreadOverTheWire) {
     pulls.push_back(std::move(pull));
   }
   // Every pull has reached the aggregator (and waits there).
-  while ((*node)->ps().aggregator_stats().pulls() < kWorkers - 1) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return (*node)->ps().aggregator_stats().pulls() == kWorkers - 1;
+  })) << "the pulls never all reached the server";
   EXPECT_LE(testing::ThreadsOfThisProcess(), threads_before + 8);
   for (const auto& pull : pulls) EXPECT_FALSE(pull->done.HasBeenNotified());
 
@@ -735,11 +735,8 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
     }
     return false;
   };
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!seen_at_cut() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_TRUE(seen_at_cut()) << "the push never reached the new owner";
+  ASSERT_TRUE(testing::WaitFor(seen_at_cut))
+      << "the push never reached the new owner";
   EXPECT_FALSE(pushed.load()) << "applied before the rows arrived";
   EXPECT_EQ(new_owner->sparse_table("emb")->size(), 0u);
 

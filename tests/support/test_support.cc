@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "cli/roles.h"
 #include "common/ports.h"
 
@@ -130,6 +131,15 @@ std::string HetpsBinary() { return HETPS_BINARY; }
 
 std::string SourcePath(const std::string& relative) {
   return absl::StrCat(HETPS_SOURCE_DIR, "/", relative);
+}
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration limit) {
+  const absl::Time give_up = absl::Now() + limit;
+  while (!condition()) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
 }
 
 int ThreadsOfThisProcess() {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cli/process_group.h"
 #include "nlohmann/json.hpp"
 
@@ -88,6 +90,12 @@ std::string SourcePath(const std::string& relative);
 
 // Threads of this process now (/proc/self/status); -1 if unreadable.
 int ThreadsOfThisProcess();
+
+// Polls `condition` every millisecond until it holds (true) or `limit`
+// has passed (false): for conditions nothing signals, e.g. a counter of
+// another process or library.
+bool WaitFor(const std::function<bool()>& condition,
+             absl::Duration limit = absl::Seconds(30));
 
 // `hetps server` processes for a config file whose cluster.ps_endpoints are
 // set. Start() returns once every server printed its listening line. The
