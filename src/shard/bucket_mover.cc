@@ -12,6 +12,11 @@
 namespace hetps {
 namespace {
 
+// Modes whose workers wait for one another's clocks.
+bool BoundsClocks(ConsistencyMode mode) {
+  return mode == ConsistencyMode::kSync || mode == ConsistencyMode::kSemiAsync;
+}
+
 // Whether a worker seen at `seen` is past its cut `cut`.
 bool Passed(const rpc::WorkerCut& seen, const ShardMap::WorkerCut& cut) {
   if (seen.incarnation() != cut.incarnation) {
@@ -160,12 +165,13 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   const absl::Time began = absl::Now();
   MoveReport report;
 
-  if (mode_ == ConsistencyMode::kSync) {
-    // A worker the cut does not name is past it at once. In sync that
-    // would deadlock: its requests of the round the others are in would
-    // wait at a new owner for rows that move only once the others pass
-    // the cut, and they wait for its pushes. So every live worker must
-    // have been seen first.
+  if (BoundsClocks(mode_)) {
+    // A worker the cut does not name is past it at once. Where a bound
+    // ties the clocks that would deadlock: its first requests would wait
+    // at a new owner for rows that move only once the others pass the cut,
+    // and they wait for it (sync: for its pushes; semi_async: for it to
+    // come within the window). So every live worker must have been seen
+    // first.
     auto seen = Prepare(/*hold=*/false);
     if (!seen.ok()) return seen.status();
     std::vector<bool> named;
@@ -180,8 +186,8 @@ absl::StatusOr<MoveReport> BucketMover::Move(
         if (w >= named.size() || !named[w]) {
           return absl::UnavailableError(absl::StrCat(
               "bucket move: live worker ", w,
-              " has sent no request yet (in sync the cut must name every "
-              "live worker); move later"));
+              " has sent no request yet (in sync and semi_async the cut must "
+              "name every live worker); move later"));
         }
       }
     }
@@ -223,7 +229,12 @@ absl::StatusOr<MoveReport> BucketMover::Move(
       }
     }
   }
-  if (mode_ == ConsistencyMode::kSync) {
+  if (BoundsClocks(mode_)) {
+    // One clock for all: a worker past its cut waits at a new owner with
+    // its clock one below the cut, and the bound must let every other
+    // worker reach the cut (in sync a round is then never split; in
+    // semi_async a worker whose own cut lay more than the window past
+    // another's would wait for that one forever).
     uint64_t last = 0;
     for (const auto& [worker, at] : cut) last = std::max(last, at.clock);
     for (auto& [worker, at] : cut) at.clock = last;

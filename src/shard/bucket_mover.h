@@ -3,14 +3,17 @@
 // mode (docs/ARCHITECTURE.md, "Live bucket migration"). One move, in the
 // calls of the ParameterServer service:
 //   1. PrepareMove(hold) on every server: each reports the newest clock of
-//      every worker it has seen and holds its requests past it. In sync,
-//      not before every live worker has sent a request (UNAVAILABLE until
-//      then): a worker the cut does not name is past it at once, and its
-//      round would wait at the new owner for rows that move only once the
-//      others, waiting for its pushes, pass the cut.
+//      every worker it has seen and holds its requests past it. In sync
+//      and semi_async, not before every live worker has sent a request
+//      (UNAVAILABLE until then): a worker the cut does not name is past it
+//      at once, and its first requests would wait at the new owner for rows
+//      that move only once the others, waiting for it (its pushes; its
+//      clock within the window), pass the cut.
 //   2. The cut: per worker, one clock past the newest any server saw (in
-//      sync, the same clock for all, so that a round is never split); the
-//      map's next version hands each bucket over at the cut.
+//      sync and semi_async, the newest of those for all: a round is never
+//      split, and no worker's cut lies beyond the window of one waiting at
+//      a new owner); the map's next version hands each bucket over at the
+//      cut.
 //      AdoptShardMap on every server: requests before the cut go to the
 //      old owner, from it to the new owner, which holds them until the
 //      rows arrive; a request split by the older map past the cut is

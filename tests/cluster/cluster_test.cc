@@ -294,7 +294,7 @@ void MoveBucketsUntil(const std::vector<std::string>& endpoints,
     auto moved = mover.Move({{bucket, to}});
     if (!moved.ok() && absl::StrContains(moved.status().message(),
                                          "has sent no request yet")) {
-      // Sync, a worker not started yet: the move waits for it.
+      // Sync or semi_async, a worker not started yet: the move waits for it.
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       continue;
     }

@@ -8,11 +8,15 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/bytes.h"
+#include "hetps/version.h"
 #include "server/ps_server.h"
 #include "server/ps_service.h"
 #include "support/faulty_stub.h"
+#include "support/test_support.h"
 
 namespace hetps {
 namespace {
@@ -132,6 +136,93 @@ TEST(BucketMoverTest, ACallThatKeepsFailingEndsTheMoveNamingTheServer) {
   EXPECT_GT(plan.calls("PrepareMove"), 2);
   from.server->Shutdown();
   to.server->Shutdown();
+}
+
+// A push of worker `worker` at `clock` of one row of `key`, split by map
+// `map_version`.
+rpc::PushRequest OneRowPush(uint32_t worker, uint64_t clock, uint64_t key,
+                            uint64_t map_version) {
+  rpc::PushRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_worker_id(worker);
+  request.set_clock(clock);
+  request.set_batch_size(1);
+  request.set_map_version(map_version);
+  rpc::TableGradient* g = request.add_gradients();
+  g->set_table("emb");
+  g->set_dim(4);
+  AssignBytes<uint64_t>(g->mutable_keys(), std::vector<uint64_t>{key});
+  AssignBytes<float>(g->mutable_values(), std::vector<float>(4, 1.0f));
+  return request;
+}
+
+grpc::Status Push(PsServer& server, const rpc::PushRequest& request) {
+  grpc::ServerContext context;
+  rpc::PushResponse response;
+  return server.Push(&context, &request, &response);
+}
+
+// In semi_async, as in sync, a worker the cut does not name would be past
+// it at once and could wait at the new owner for rows that move only once
+// the others pass the cut, while they wait for it to come within the
+// window: a move waits until every live worker has sent a request. And the
+// cut is one clock for all, so that a worker waiting at the new owner
+// (its clock one below the cut) lets every other reach the cut.
+TEST(BucketMoverTest, SemiAsyncMovesWaitForEveryWorkerAndCutAllAtOneClock) {
+  JobConfig config = TwoServerJob();
+  config.mode = ConsistencyMode::kSemiAsync;
+  config.cluster.workers = 2;
+  LocalServer home = Serve(config, 0);
+  LocalServer other = Serve(config, 1);
+  ASSERT_TRUE(home.server && other.server);
+  const ShardMap first = home.ps->shard_map();
+  // A key that stays on server 0, and a bucket of server 0 that moves.
+  uint64_t key = 0;
+  while (first.ServerOf(key) != 0) ++key;
+  uint32_t moving = 0;
+  while (first.owner(moving) != 0 || moving == first.BucketOf(key)) ++moving;
+
+  for (uint64_t clock = 0; clock < 4; ++clock) {
+    ASSERT_TRUE(Push(*home.ps, OneRowPush(0, clock, key, 1)).ok());
+  }
+  BucketMover mover({home.endpoint, other.endpoint},
+                    ConsistencyMode::kSemiAsync,
+                    GrpcParameterServerStubs(64 << 20, Credentials()),
+                    absl::Seconds(30), /*pass_timeout=*/absl::Seconds(10));
+  auto refused = mover.Move({{moving, 1}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find(
+                "live worker 1 has sent no request yet"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_EQ(home.ps->map_version(), first.version());
+
+  ASSERT_TRUE(Push(*home.ps, OneRowPush(1, 0, key, 1)).ok());
+  const uint64_t handover = first.version() + 1;
+  absl::StatusOr<MoveReport> moved;
+  std::thread move([&] { moved = mover.Move({{moving, 1}}); });
+  // Both workers past the cut once the handover is in force everywhere:
+  // seen at clocks 3 and 0, the cut is clock 4 for both.
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return home.ps->map_version() >= handover &&
+           other.ps->map_version() >= handover;
+  }));
+  ASSERT_TRUE(Push(*home.ps, OneRowPush(0, 4, key, handover)).ok());
+  ASSERT_TRUE(Push(*home.ps, OneRowPush(1, 4, key, handover)).ok());
+  move.join();
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->buckets, 1u);
+  EXPECT_EQ(other.ps->shard_map().owner(moving), 1u);
+  // Worker 1's requests at clocks 1-3 still went to the old owner: split
+  // by the map before the handover, they hold.
+  for (uint64_t clock = 1; clock < 4; ++clock) {
+    EXPECT_TRUE(moved->map->SplitHolds(first.version(), {1, 0, clock}))
+        << "clock " << clock;
+  }
+  EXPECT_FALSE(moved->map->SplitHolds(first.version(), {1, 0, 4}));
+  home.server->Shutdown();
+  other.server->Shutdown();
 }
 
 }  // namespace
