@@ -20,6 +20,7 @@ Jobs are the main job (examples/main-job.yaml) on loopback, started by
 every process is stopped on exit.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -158,6 +159,25 @@ def cpu_cgroup(name: str):
     return None
 
 
+def remove_cgroup(directory: Path):
+    """Removes a cgroup once the kernel has let its last task go: a reaped
+    process can keep it busy (EBUSY) for a while after wait() returns."""
+    def removed():
+        for pid in (directory / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            directory.rmdir()
+            return True
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            return False
+    wait_for(f"{directory} to empty", removed, 30)
+
+
 def main():
     hetps, scenario = sys.argv[1], sys.argv[2]
     work = Path(tempfile.mkdtemp(prefix=f"hetps-diag-{scenario}-"))
@@ -230,7 +250,7 @@ def main():
         if roles:
             roles.stop()
         if cgroup:
-            cgroup.rmdir()
+            remove_cgroup(cgroup)
         if not os.environ.get("HETPS_KEEP"):
             shutil.rmtree(work, ignore_errors=True)
     print("PASS")
