@@ -315,6 +315,17 @@ struct TrainConfig {
   // Also evaluate every this many seconds while training (0 = off), from a
   // separate thread of rank 0: AUC over wall time for benchmarks.
   double eval_every_s = 0;
+  // Ask for the next batch's rows and dense weights while the current
+  // batch computes (PullSparseRequest.ahead), so that after its push a
+  // step does not wait another round trip for its parameters. sync and
+  // semi_async servers answer once the step's push has arrived (and the
+  // round closed / the window allows): the rows a pull sent after the push
+  // reads, without that pull's round trip. async answers at once, so there
+  // the rows lack the worker's own last push (one step more staleness, in
+  // the mode without a bound). Not with a hot-row cache (client.hot_rows),
+  // whose lag is counted per push, nor across a data chunk's end (the next
+  // chunk is asked for then).
+  bool prefetch = true;
 };
 
 // Server checkpoints (docs/CHECKPOINTS.md): each server writes its tables

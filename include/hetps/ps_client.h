@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -111,11 +112,21 @@ class PsClient {
     std::string table;
     std::span<float> out;
   };
+  //
+  // `for_push`: the clock() of the push these rows will serve (default:
+  // the current one). clock() + 1 asks for the next step's rows while the
+  // current one computes, before its push (train.prefetch): sync and
+  // semi_async servers answer once that push has arrived (so the pushes
+  // must go to every server: PsClientOptions::push_to_all_servers), as a
+  // pull at the next clock; async at once. Made once the clock has reached
+  // it, it is an ordinary pull. Anything else is INVALID_ARGUMENT, as is a
+  // pull ahead that may read the hot-row cache (pass kServers).
   absl::Status PullSparse(const std::string& table,
                           std::span<const uint64_t> keys, std::span<float> out,
                           KeySet key_set = KeySet::kMayRepeat,
                           RowSource source = RowSource::kCacheAllowed,
-                          const DenseAlong* dense = nullptr);
+                          const DenseAlong* dense = nullptr,
+                          std::optional<uint64_t> for_push = std::nullopt);
 
   // Fills `out` with the whole dense table (assembled from every server).
   absl::Status PullDense(const std::string& table, std::span<float> out);

@@ -483,7 +483,8 @@ absl::Status CopyDenseSlice(uint32_t s, uint32_t n,
 absl::Status PsClient::PullSparse(const std::string& table,
                                   std::span<const uint64_t> keys,
                                   std::span<float> out, KeySet key_set,
-                                  RowSource source, const DenseAlong* dense) {
+                                  RowSource source, const DenseAlong* dense,
+                                  std::optional<uint64_t> for_push) {
   auto meta = impl_->Meta(table, /*sparse=*/true);
   if (!meta.ok()) return meta.status();
   const uint64_t dim = meta->dim;
@@ -521,9 +522,29 @@ absl::Status PsClient::PullSparse(const std::string& table,
     }
   }
 
+  const ShardMap::RequestClock at = impl_->At();
+  uint32_t ahead = 0;
+  if (for_push) {
+    if (*for_push < at.clock || *for_push > at.clock + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PullSparse('", table, "'): rows for the push at clock ", *for_push,
+          ", but the client is at clock ", at.clock,
+          " (a pull reads at most one step ahead)"));
+    }
+    ahead = static_cast<uint32_t>(*for_push - at.clock);
+  }
+  HotRowCache* cache =
+      source == RowSource::kCacheAllowed ? impl_->cache.get() : nullptr;
+  if (ahead > 0 && cache != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PullSparse('", table,
+                     "'): a pull for a later push cannot read the hot-row "
+                     "cache, whose lag is counted per push (pass "
+                     "RowSource::kServers)"));
+  }
+
   std::shared_ptr<const ShardMap> map = impl_->Map();
   const uint32_t n = map->num_servers();
-  const ShardMap::RequestClock at = impl_->At();
   auto positions = PartitionByServer(*map, unique, at);
   std::vector<rpc::PullSparseResponse> responses(n);
   // Asks `targets` for the rows at `positions` (perhaps none: the pull is
@@ -551,6 +572,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
         req.set_worker_id(at.worker);
         req.set_incarnation(at.incarnation);
         req.set_clock(at.clock);
+        req.set_ahead(ahead);
         req.set_map_version(map->version());
         if (with_dense && dense_slice[s]) {
           req.set_dense_table(dense->table);
@@ -620,8 +642,6 @@ absl::Status PsClient::PullSparse(const std::string& table,
     }
   };
 
-  HotRowCache* cache =
-      source == RowSource::kCacheAllowed ? impl_->cache.get() : nullptr;
   // Rows read from the cache, per server: their positions and versions.
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> cached(n);
   uint32_t table_id = 0;

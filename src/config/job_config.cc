@@ -201,6 +201,7 @@ void Fields(TrainConfig& c, Visit&& visit) {
   visit("eval_every_epochs", c.eval_every_epochs);
   visit("eval_every_s", c.eval_every_s);
   visit("warmup_rounds", c.warmup_rounds);
+  visit("prefetch", c.prefetch);
 }
 
 template <typename Visit>

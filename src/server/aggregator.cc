@@ -189,18 +189,20 @@ class SyncAggregator final : public Aggregator {
     return absl::OkStatus();
   }
 
-  // A pull's outcome now: OK once rounds 0..clock-1 are applied.
+  // A pull's outcome now: OK once rounds 0..clock+ahead-1 are applied (a
+  // pull read ahead waits for the round of the worker's own next push).
   std::optional<absl::Status> Decide(const PullWait& wait) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (applied_ >= wait.clock) return absl::OkStatus();
+    if (applied_ >= wait.clock + wait.ahead) return absl::OkStatus();
     if (wait.cancelled && wait.cancelled()) {
       return absl::CancelledError("pull cancelled by the caller");
     }
     if (clock_.Now() >= wait.deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "pull of worker ", wait.worker_id, " at clock ", wait.clock,
-          ": round ", applied_, " still waits for workers [",
-          absl::StrJoin(MissingWorkers(), ","), "]"));
+          "pull of worker ", wait.worker_id, " at clock ",
+          wait.clock + wait.ahead, ": round ", applied_,
+          " still waits for workers [", absl::StrJoin(MissingWorkers(), ","),
+          "]"));
     }
     return std::nullopt;
   }

@@ -106,6 +106,12 @@ struct AggregatorOptions {
 struct PullWait {
   uint32_t worker_id = 0;
   uint64_t clock = 0;   // pushes the worker has made
+  // 1: the rows are for the worker's push after the next, asked for while
+  // the step before computes (PullSparseRequest.ahead). sync and
+  // semi_async admit it as a pull at clock + 1 once the worker's push at
+  // `clock` has arrived — the rows a pull sent after that push would read;
+  // async at once.
+  uint32_t ahead = 0;
   absl::Time deadline;  // on the aggregator's clock
   // Polled while the pull waits: true ends the wait with CANCELLED. May be
   // empty.

@@ -205,7 +205,8 @@ absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
 }
 
 void PsServer::AdmitThenRead(grpc::ServerContextBase* context,
-                             uint32_t worker_id, uint64_t clock, Read read,
+                             uint32_t worker_id, uint64_t clock,
+                             uint32_t ahead, Read read,
                              std::function<void(absl::Status)> done) {
   // Shared: AdmitPull drops its callback when it decides at once.
   auto then =
@@ -216,6 +217,7 @@ void PsServer::AdmitThenRead(grpc::ServerContextBase* context,
   std::optional<absl::Status> now = aggregator_->AdmitPull(
       {.worker_id = worker_id,
        .clock = clock,
+       .ahead = ahead,
        .deadline =
            clock_.Now() + absl::Seconds(config_.server.sync_wait_timeout_s),
        .cancelled = [context] { return context->IsCancelled(); }},
@@ -258,6 +260,11 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
     return finish(absl::InvalidArgumentError(
         absl::StrCat("table '", request.table(), "': keys field has ",
                      request.keys().size(), " bytes, not a multiple of 8")));
+  }
+  if (request.ahead() > 1) {
+    return finish(absl::InvalidArgumentError(absl::StrCat(
+        "pull: ahead ", request.ahead(),
+        ": a pull reads at most one step ahead (0 or 1)")));
   }
   // A dense slice asked for along (PullSparseRequest.dense_table).
   DenseTable* dense = nullptr;
@@ -310,8 +317,8 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
     }
     return absl::OkStatus();
   };
-  AdmitThenRead(context, request.worker_id(), *clock, std::move(read),
-                std::move(finish));
+  AdmitThenRead(context, request.worker_id(), *clock, request.ahead(),
+                std::move(read), std::move(finish));
 }
 
 void PsServer::ReadDense(uint32_t worker_id, DenseTable* table,
@@ -350,8 +357,8 @@ void PsServer::PullDense(grpc::ServerContextBase* context,
     ReadDense(request.worker_id(), table, response);
     return absl::OkStatus();
   };
-  AdmitThenRead(context, request.worker_id(), *clock, std::move(read),
-                std::move(finish));
+  AdmitThenRead(context, request.worker_id(), *clock, /*ahead=*/0,
+                std::move(read), std::move(finish));
 }
 
 absl::Status PsServer::DoPush(grpc::ServerContextBase* context,

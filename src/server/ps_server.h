@@ -182,11 +182,11 @@ class PsServer final {
   std::function<void(absl::Status)> TimedPull(Done done);
   // A pull's table reads, once it is admitted (PullSparse, PullDense).
   using Read = std::function<absl::Status()>;
-  // Admits a pull of `worker_id` at job clock `clock` (Aggregator::
-  // AdmitPull), then runs `read` — at once on this thread, or on a reader
-  // thread after waiting — and calls `done` with the outcome.
+  // Admits a pull of `worker_id` at job clock `clock`, `ahead` steps ahead
+  // (Aggregator::AdmitPull), then runs `read` — at once on this thread, or
+  // on a reader thread after waiting — and calls `done` with the outcome.
   void AdmitThenRead(grpc::ServerContextBase* context, uint32_t worker_id,
-                     uint64_t clock, Read read,
+                     uint64_t clock, uint32_t ahead, Read read,
                      std::function<void(absl::Status)> done);
   // Reads this server's slice of `table` into `response` for an admitted
   // pull of `worker_id` (PullDense, or along a PullSparse).

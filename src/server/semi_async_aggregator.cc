@@ -204,10 +204,15 @@ class SemiAsyncAggregator final : public Aggregator {
     // A worker outside the live set (it left, or is rejoining) is not held:
     // nobody would count it as the slowest either.
     const bool live = live_.Contains(wait.worker_id);
-    if (!live || wait.clock <= slowest + window_) {
+    const uint64_t at = wait.clock + wait.ahead;
+    // A pull for a later push also waits for the worker's own push before
+    // it, so that its rows hold that gradient: reading ahead costs no
+    // staleness.
+    const bool own_pushed = live_.ClockOf(wait.worker_id) >= at;
+    if (!live || (own_pushed && at <= slowest + window_)) {
       if (since) AddWaitSince(*since);
       if (live) {
-        const uint64_t lead = wait.clock > slowest ? wait.clock - slowest : 0;
+        const uint64_t lead = at > slowest ? at - slowest : 0;
         stats_.set_max_pull_lead(std::max(stats_.max_pull_lead(), lead));
         if (lead > window_) {
           stats_.set_bound_violations(stats_.bound_violations() + 1);
@@ -223,7 +228,7 @@ class SemiAsyncAggregator final : public Aggregator {
       if (since) AddWaitSince(*since);
       return absl::DeadlineExceededError(
           absl::StrCat("pull of worker ", wait.worker_id, " at clock ",
-                       wait.clock, " waits for the slowest live worker (clock ",
+                       at, " waits for the slowest live worker (clock ",
                        slowest, ", window ", window_, ")"));
     }
     return std::nullopt;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -143,6 +144,7 @@ absl::Status WorkerSession::Rejoin() {
   // dropped this one.
   have_chunk_ = false;
   chunk_samples_ = 0;
+  ahead_samples_ = 0;
   ++report_.rejoins;
   spdlog::info("worker {} rejoined as incarnation {}", rank_,
                registration->incarnation());
@@ -151,28 +153,38 @@ absl::Status WorkerSession::Rejoin() {
 
 absl::StatusOr<size_t> WorkerSession::NextBatch(Batch* batch) {
   CloseBatch();
+  read_ahead_taken_ = false;
   if (finished_) return 0;
   if (coordinator_.dropped()) {
     if (auto s = Rejoin(); !s.ok()) return s;
   }
   batch_began_ = clock_.Now();
   FollowPlan();
+  // A batch in hand from now on: counted, its compute timed.
+  const auto hand_out = [&](size_t n) -> absl::StatusOr<size_t> {
+    if (auto s = device_->CheckMemory(n); !s.ok()) return s;
+    batch_samples_ = n;
+    report_.positives += static_cast<uint64_t>(
+        std::count_if(batch->labels.begin(), batch->labels.end(),
+                      [](float label) { return label >= 0.5f; }));
+    report_.feature_keys += batch->keys.size();
+    unpaced_samples_ += n;
+    absl::MutexLock lock(&wait_mu_);
+    segment_began_ = clock_.Now();
+    return n;
+  };
+  if (ahead_samples_ > 0) {
+    std::swap(*batch, ahead_);
+    read_ahead_taken_ = true;
+    return hand_out(std::exchange(ahead_samples_, 0));
+  }
   while (true) {
     if (have_chunk_) {
       auto n = train_->Next(batch_size_, batch);
       if (!n.ok()) return n.status();
       if (*n > 0) {
-        if (auto s = device_->CheckMemory(*n); !s.ok()) return s;
         chunk_samples_ += *n;
-        batch_samples_ = *n;
-        report_.positives += static_cast<uint64_t>(
-            std::count_if(batch->labels.begin(), batch->labels.end(),
-                          [](float label) { return label >= 0.5f; }));
-        report_.feature_keys += batch->keys.size();
-        unpaced_samples_ += *n;
-        absl::MutexLock lock(&wait_mu_);
-        segment_began_ = clock_.Now();
-        return n;
+        return hand_out(*n);
       }
       have_chunk_ = false;
     }
@@ -185,6 +197,20 @@ absl::StatusOr<size_t> WorkerSession::NextBatch(Batch* batch) {
     }
     if (auto s = Seek(*chunk); !s.ok()) return s;
   }
+}
+
+absl::StatusOr<const Batch*> WorkerSession::ReadAhead() {
+  if (ahead_samples_ > 0) return &ahead_;
+  if (finished_ || !have_chunk_) return nullptr;
+  auto n = train_->Next(batch_size_, &ahead_);
+  if (!n.ok()) return n.status();
+  if (*n == 0) {
+    have_chunk_ = false;
+    return nullptr;
+  }
+  chunk_samples_ += *n;
+  ahead_samples_ = *n;
+  return &ahead_;
 }
 
 void WorkerSession::SetLoss(double loss_sum) { batch_loss_ = loss_sum; }

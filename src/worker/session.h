@@ -125,6 +125,17 @@ class WorkerSession {
   // RESOURCE_EXHAUSTED when the batch would not fit the emulated memory.
   absl::StatusOr<size_t> NextBatch(Batch* batch);
 
+  // Reads the batch after the one in hand, when the chunk in hand has one,
+  // so that its parameters can be pulled while this one computes
+  // (train.prefetch); nullptr when the chunk has none (the next NextBatch
+  // takes a new chunk). The next NextBatch hands that batch out (swapped
+  // into its `batch`) and read_ahead_taken() says so — unless the worker
+  // was dropped meanwhile: the batch goes with its chunk then. The batch
+  // stays valid until the next NextBatch.
+  absl::StatusOr<const Batch*> ReadAhead();
+  // Whether the last NextBatch handed out the batch ReadAhead read.
+  bool read_ahead_taken() const { return read_ahead_taken_; }
+
   // The loss summed over the batch in hand (for the report, the loss curve
   // and the over-compression check); optional.
   void SetLoss(double loss_sum);
@@ -222,7 +233,7 @@ class WorkerSession {
   TrainReport report_;
   bool have_chunk_ = false;
   bool finished_ = false;
-  uint64_t chunk_samples_ = 0;  // trained from the chunk in hand
+  uint64_t chunk_samples_ = 0;  // read from the chunk in hand (handed out or ahead)
   int epoch_ = 0;
   uint64_t plan_version_ = 0;
   uint32_t batch_size_;
@@ -232,6 +243,10 @@ class WorkerSession {
   // The batch in hand: when it was asked for, its samples, its loss.
   absl::Time batch_began_;
   uint64_t batch_samples_ = 0;
+  // The batch after it, when ReadAhead read one (ahead_samples_ > 0).
+  Batch ahead_;
+  uint64_t ahead_samples_ = 0;
+  bool read_ahead_taken_ = false;
   std::optional<double> batch_loss_;
   // Samples handed out whose compute is not paced yet.
   uint64_t unpaced_samples_ = 0;

@@ -1,6 +1,7 @@
 #include "worker/step.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "model/metrics.h"
 
@@ -53,14 +54,38 @@ StepRunner::StepRunner(const Model& model, PsClient& client,
       tables_(model_.Tables()) {}
 
 absl::Status StepRunner::Pull(Step& step, RowSource source) {
-  const absl::Time began = clock_.Now();
   step.unique.Build(step.batch.keys);
+  return PullRows(step, source, std::nullopt);
+}
+
+void StepRunner::PullAhead(const Batch& batch, Step& step, uint64_t for_push) {
+  // The keys now: `batch` may change once this returns.
+  step.unique.Build(batch.keys);
+  // (std::function needs a copyable task: the promise is shared.)
+  auto done = std::make_shared<std::promise<absl::Status>>();
+  ahead_ = done->get_future();
+  ahead_pool_.Run([this, &step, for_push, done] {
+    // No cached row: the cache's lag bound counts per push.
+    done->set_value(PullRows(step, RowSource::kServers, for_push));
+  });
+}
+
+absl::Status StepRunner::AwaitPullAhead() {
+  if (!ahead_.valid()) {
+    return absl::FailedPreconditionError("no pull ahead was started");
+  }
+  return ahead_.get();
+}
+
+absl::Status StepRunner::PullRows(Step& step, RowSource source,
+                                  std::optional<uint64_t> for_push) {
+  const absl::Time began = clock_.Now();
   step.rows.resize(step.unique.keys().size() * model_.row_dim());
   step.dense.resize(model_.dense_size());
   // The dense weights come with the rows: one call per server.
   const PsClient::DenseAlong dense{dense_table(), step.dense};
   if (auto s = client_.PullSparse(sparse_table(), step.unique.keys(), step.rows,
-                                  KeySet::kUnique, source, &dense);
+                                  KeySet::kUnique, source, &dense, for_push);
       !s.ok()) {
     return s;
   }

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "client/unique_keys.h"
 #include "common/clock.h"
+#include "common/task_pool.h"
 #include "data/batch.h"
 #include "data/reader.h"
 #include "hetps/ps_client.h"
@@ -64,6 +67,13 @@ class StepRunner {
   // Pulls what `step.batch` needs into step.rows / step.dense (sparse rows
   // from the hot-row cache where `source` allows).
   absl::Status Pull(Step& step, RowSource source = RowSource::kCacheAllowed);
+  // The prefetch (train.prefetch): starts pulling what `batch` needs into
+  // `step`'s unique keys, rows and dense weights, for the push at clock
+  // `for_push` (PsClient::PullSparse), on a thread of its own; `step` is
+  // not to be touched until AwaitPullAhead has returned its outcome. One at
+  // a time.
+  void PullAhead(const Batch& batch, Step& step, uint64_t for_push);
+  absl::Status AwaitPullAhead();
   // Forward and backward on the pulled parameters; returns the summed loss.
   double Compute(Step& step) const;
   // AUC and logloss of the current model on `reader`'s whole share (the
@@ -73,12 +83,17 @@ class StepRunner {
  private:
   const std::string& sparse_table() const { return tables_[0].name; }
   const std::string& dense_table() const { return tables_[1].name; }
+  // Pulls the rows of step.unique's keys and the dense weights.
+  absl::Status PullRows(Step& step, RowSource source,
+                        std::optional<uint64_t> for_push);
 
   const Model& model_;
   PsClient& client_;
   const DeviceProfile& device_;
   Clock& clock_;
   const std::vector<TableConfig> tables_;
+  std::future<absl::Status> ahead_;  // valid while PullAhead's pull runs
+  TaskPool ahead_pool_{"pull-ahead", 1};  // last: joined first
 };
 
 }  // namespace hetps

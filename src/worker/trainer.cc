@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <memory>
+#include <utility>
 
 #include "common/logging.h"
 #include "worker/evaluator.h"
@@ -22,6 +23,8 @@ absl::Status Trainer::Start() {
   session_ = std::move(*session);
   steps_ = std::make_unique<StepRunner>(*model_, session_->client(),
                                         session_->device(), clock_);
+  // The hot-row cache counts a row's lag per push: no pulls ahead there.
+  prefetch_ = config_.train.prefetch && !config_.client.hot_rows.enabled;
   spdlog::info("training {} ({}) on {} ({} slots, {} dense); {}",
                config_.train.model, IsaName(model_->isa()),
                config_.train.data.format, shape_.data.num_slots,
@@ -61,10 +64,7 @@ absl::StatusOr<bool> Trainer::TrainBatch() {
     if (auto s = EvaluateEpochBefore(session_->epoch()); !s.ok()) return s;
     epoch_ = session_->epoch();
   }
-  if (auto s = session_->Waiting([&] { return steps_->Pull(step_); });
-      !s.ok()) {
-    return s;
-  }
+  if (auto s = PullParameters(); !s.ok()) return s;
   session_->SetLoss(steps_->Compute(step_));
   accumulated_.Add(step_.unique.keys(), step_.row_grads, model_->row_dim(),
                    step_.dense_grad, static_cast<uint32_t>(*n));
@@ -72,6 +72,38 @@ absl::StatusOr<bool> Trainer::TrainBatch() {
     if (auto s = PushAccumulated(); !s.ok()) return s;
   }
   return true;
+}
+
+absl::Status Trainer::PullParameters() {
+  if (std::exchange(pulling_ahead_, false)) {
+    const absl::Status ahead =
+        session_->Waiting([&] { return steps_->AwaitPullAhead(); });
+    if (session_->read_ahead_taken()) {
+      if (!ahead.ok()) return ahead;
+      std::swap(step_.unique, ahead_.unique);
+      std::swap(step_.rows, ahead_.rows);
+      std::swap(step_.dense, ahead_.dense);
+    }
+    // Else the worker was dropped and rejoined: that batch went with its
+    // chunk, and what was pulled for it (as the old incarnation) with it.
+  }
+  if (!session_->read_ahead_taken()) {
+    if (auto s = session_->Waiting([&] { return steps_->Pull(step_); });
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!prefetch_) return absl::OkStatus();
+  auto next = session_->ReadAhead();
+  if (!next.ok()) return next.status();
+  if (*next == nullptr) return absl::OkStatus();
+  // The clock this batch's rows serve: the next push's, one past the
+  // current clock when this batch ends with a push.
+  const bool pushes = accumulated_.batches() + 1 >= session_->push_freq();
+  steps_->PullAhead(**next, ahead_,
+                    session_->client().clock() + (pushes ? 1 : 0));
+  pulling_ahead_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::PushAccumulated() {
@@ -88,6 +120,8 @@ absl::Status Trainer::PushAccumulated() {
 }
 
 absl::StatusOr<TrainReport> Trainer::Finish() {
+  // No chunk is left, so nothing was read ahead: the last batch ended its
+  // chunk.
   if (auto s = PushAccumulated(); !s.ok()) return s;
   if (auto s = session_->Finish(); !s.ok()) return s;
   if (periodic_) {

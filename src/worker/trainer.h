@@ -2,9 +2,11 @@
 // WorkerSession (worker/session.h: registration, chunks of the train split
 // from the coordinator, the plan's batch size and push_freq, pushes through
 // the job's codec, the emulated device, progress and the report). Per
-// batch: one sparse pull of the batch's unique keys, one dense pull,
+// batch: one pull of the batch's unique keys' rows and the dense weights,
 // forward/backward; every push_freq batches one push of the accumulated
-// gradients. Rank 0 evaluates on the held-out split when it starts a new
+// gradients. With train.prefetch, the next batch of the chunk in hand is
+// read and its pull started before the current batch computes, so its
+// parameters are there (or on their way) when it begins. Rank 0 evaluates on the held-out split when it starts a new
 // epoch's chunks (every train.eval_every_epochs) and, from a separate
 // thread, every train.eval_every_s seconds. When no chunk is left a worker
 // leaves the live set; once every worker has left, the model is final and
@@ -48,6 +50,9 @@ class Trainer {
  private:
   // Rank 0 evaluates when the chunks move on to a new epoch.
   absl::Status EvaluateEpochBefore(int epoch);
+  // The parameters of the batch NextBatch handed out: the prefetch's, else
+  // pulled now; then the prefetch of the batch after it.
+  absl::Status PullParameters();
   absl::Status PushAccumulated();
 
   const JobConfig& config_;
@@ -60,6 +65,11 @@ class Trainer {
   std::unique_ptr<StepRunner> steps_;
   std::unique_ptr<PeriodicEvaluator> periodic_;
   Step step_;
+  // The prefetch: the next batch's keys, rows and dense weights, while
+  // `pulling_ahead_` (until AwaitPullAhead).
+  bool prefetch_ = false;
+  Step ahead_;
+  bool pulling_ahead_ = false;
   Accumulator accumulated_;
   int epoch_ = 0;  // of the batches trained so far
 };

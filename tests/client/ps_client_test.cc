@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <thread>
 
 #include "client/ps_client_factory.h"
 #include "gmock/gmock.h"
@@ -154,6 +155,55 @@ TEST_F(PsClientTest, OtherErrorsAreNotRetried) {
   EXPECT_THAT(s.message(), HasSubstr("server 0 (" + endpoint_ + ")"));
   EXPECT_EQ(plan_.calls("Push"), 1);
   EXPECT_TRUE(clock_.sleeps().empty());
+}
+
+// A pull for the push after the next (train.prefetch): in sync the rows of
+// the next step exist once the round of this step's push closes, so the
+// pull, sent before that push, is answered with the push applied. Only one
+// step ahead, and no cached rows.
+TEST(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
+  JobConfig config = OneTableJob();
+  config.mode = ConsistencyMode::kSync;
+  config.train.warmup_rounds = 0;  // a whole sgd step from the first round
+  auto node = ServerNode::Start(config, 0, "127.0.0.1:0");
+  ASSERT_TRUE(node.ok()) << node.status();
+  PsClientOptions options;
+  options.endpoints = {"127.0.0.1:" + std::to_string((*node)->port())};
+  options.worker_id = 0;
+  FaultPlan plan;
+  auto client =
+      PsClientFactory::Connect(options, Clock::Real(), FaultyStubs(plan));
+  ASSERT_TRUE(client.ok()) << client.status();
+  PsClient& c = **client;
+  const uint64_t key = 4;
+  std::vector<float> row(2, 9.0f);
+  absl::Status ahead;
+  std::thread pull([&] {
+    ahead = c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
+                         RowSource::kServers, nullptr, /*for_push=*/1);
+  });
+  // The pull waits at the server for round 0, which this push closes.
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return (*node)->ps().aggregator_stats().pulls() >= 1;
+  }));
+  const std::vector<float> grad = {1.0f, 2.0f};
+  const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
+  ASSERT_TRUE(c.Push(grads, 1).ok());
+  pull.join();
+  ASSERT_TRUE(ahead.ok()) << ahead;
+  EXPECT_EQ(row, (std::vector<float>{-1.0f, -2.0f}));  // sgd, lr 1
+
+  // The clock is 1 now: rows for push 1 are an ordinary pull; for push 0
+  // (made) or 3 (two ahead) they are refused.
+  EXPECT_TRUE(c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
+                           RowSource::kServers, nullptr, 1)
+                  .ok());
+  for (uint64_t for_push : {0u, 3u}) {
+    const absl::Status s = c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
+                                        RowSource::kServers, nullptr, for_push);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << for_push;
+    EXPECT_THAT(s.message(), HasSubstr("at most one step ahead"));
+  }
 }
 
 }  // namespace

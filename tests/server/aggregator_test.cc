@@ -28,11 +28,13 @@ struct Admission {
 
 std::shared_ptr<Admission> Admit(Aggregator& agg, uint32_t worker,
                                  uint64_t clock, absl::Time deadline,
-                                 std::function<bool()> cancelled = nullptr) {
+                                 std::function<bool()> cancelled = nullptr,
+                                 uint32_t ahead = 0) {
   auto admission = std::make_shared<Admission>();
   std::optional<absl::Status> now =
       agg.AdmitPull({.worker_id = worker,
                      .clock = clock,
+                     .ahead = ahead,
                      .deadline = deadline,
                      .cancelled = std::move(cancelled)},
                     [admission](absl::Status status) {
@@ -284,6 +286,47 @@ TEST_F(AggregatorTest, SyncPullWaitsForTheRoundAndTimesOutNamingMissing) {
   ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
   ASSERT_TRUE(pull->decided.HasBeenNotified());
   EXPECT_TRUE(pull->status.ok()) << pull->status;
+}
+
+// A pull read one step ahead (the client's prefetch) is admitted as a pull
+// at the next clock, after the worker's own push before it, while the
+// worker's clock stays where its pushes left it.
+TEST_F(AggregatorTest, APullReadAheadIsAdmittedAsOneAfterTheNextPush) {
+  const absl::Time later = clock_.Now() + absl::Seconds(10);
+  auto sync = *Aggregator::Create(ConsistencyMode::kSync, 2, {}, clock_);
+  // Worker 0's rows for its push 1 wait for round 0, its own push in it.
+  auto pull = Admit(*sync, 0, 0, later, nullptr, /*ahead=*/1);
+  EXPECT_FALSE(pull->decided.HasBeenNotified());
+  ASSERT_TRUE(sync->Push(MakePush(0, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  EXPECT_FALSE(pull->decided.HasBeenNotified());
+  ASSERT_TRUE(sync->Push(MakePush(1, 0, 1, {7}, {1, 1}, {0, 0, 0})).ok());
+  ASSERT_TRUE(pull->decided.HasBeenNotified());
+  EXPECT_TRUE(pull->status.ok()) << pull->status;
+
+  // semi_async: within the window as a pull at the next clock, and once
+  // the worker's own push before it has arrived.
+  AggregatorOptions options;
+  options.window = 1;
+  auto semi =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
+  ASSERT_TRUE(semi->Push(MakePush(0, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  // Worker 0 at clock 1, worker 1 at 0: a pull at 1 is within the window.
+  EXPECT_TRUE(AdmitNow(*semi, 0, 1, clock_.Now()).ok());
+  // One for push 2 waits for push 1, then for the window (2 > 0 + 1).
+  auto ahead = Admit(*semi, 0, 1, later, nullptr, /*ahead=*/1);
+  EXPECT_FALSE(ahead->decided.HasBeenNotified());
+  ASSERT_TRUE(semi->Push(MakePush(0, 1, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  EXPECT_FALSE(ahead->decided.HasBeenNotified());
+  // Worker 1's pull ahead at clock 0 waits for its push 0, and its clock
+  // stays 0 meanwhile.
+  auto other = Admit(*semi, 1, 0, later, nullptr, /*ahead=*/1);
+  EXPECT_FALSE(other->decided.HasBeenNotified());
+  EXPECT_FALSE(ahead->decided.HasBeenNotified());
+  ASSERT_TRUE(semi->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  ASSERT_TRUE(other->decided.HasBeenNotified());
+  EXPECT_TRUE(other->status.ok()) << other->status;
+  ASSERT_TRUE(ahead->decided.HasBeenNotified());
+  EXPECT_TRUE(ahead->status.ok()) << ahead->status;
 }
 
 TEST_F(AggregatorTest, AWaitingPullEndsAtItsDeadlineOrWhenCancelled) {

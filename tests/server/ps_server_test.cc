@@ -240,7 +240,7 @@ TEST_F(PsServerTest, UnknownTableIsNotFound) {
 
 // A dense read along a sparse pull (PullSparseRequest.dense_table) is
 // checked as a PullDense is, before anything is read.
-TEST_F(PsServerTest, ADenseTableAlongASparsePullIsChecked) {
+TEST_F(PsServerTest, ADenseTableAlongASparsePullAndAheadAreChecked) {
   ApplyOneGoodPush();
   rpc::PullSparseRequest pull;
   pull.set_protocol_version(kProtocolVersion);
@@ -248,25 +248,25 @@ TEST_F(PsServerTest, ADenseTableAlongASparsePullIsChecked) {
   pull.set_dim(4);
   pull.set_clock(1);
   AssignBytes<uint64_t>(pull.mutable_keys(), std::vector<uint64_t>{1});
+  const auto expect_refused = [&](grpc::StatusCode code,
+                                  const std::string& message) {
+    grpc::ClientContext ctx;
+    rpc::PullSparseResponse resp;
+    grpc::Status s = ps_->PullSparse(&ctx, pull, &resp);
+    EXPECT_EQ(s.error_code(), code);
+    EXPECT_THAT(s.error_message(), HasSubstr(message));
+  };
   pull.set_dense_table("nope");
   pull.set_dense_size(3);
-  {
-    grpc::ClientContext ctx;
-    rpc::PullSparseResponse resp;
-    grpc::Status s = ps_->PullSparse(&ctx, pull, &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
-    EXPECT_THAT(s.error_message(), HasSubstr("unknown dense table 'nope'"));
-  }
+  expect_refused(grpc::StatusCode::NOT_FOUND, "unknown dense table 'nope'");
   pull.set_dense_table("dense");
   pull.set_dense_size(5);
-  {
-    grpc::ClientContext ctx;
-    rpc::PullSparseResponse resp;
-    grpc::Status s = ps_->PullSparse(&ctx, pull, &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_THAT(s.error_message(), HasSubstr("has size 3, request says 5"));
-  }
+  expect_refused(grpc::StatusCode::INVALID_ARGUMENT,
+                 "has size 3, request says 5");
   pull.set_dense_size(3);
+  pull.set_ahead(2);  // a pull reads one step ahead at most
+  expect_refused(grpc::StatusCode::INVALID_ARGUMENT, "ahead 2");
+  pull.set_ahead(0);
   grpc::ClientContext ctx;
   rpc::PullSparseResponse resp;
   ASSERT_TRUE(ps_->PullSparse(&ctx, pull, &resp).ok());
