@@ -8,6 +8,10 @@
 
 namespace hetps {
 
+Trainer::~Trainer() {
+  if (pulling_ahead_) (void)steps_->AwaitPullAhead();
+}
+
 absl::Status Trainer::Start() {
   auto model = Model::Create(config_.train, shape_.data.num_slots,
                              shape_.data.num_dense);
@@ -86,6 +90,8 @@ absl::Status Trainer::PullParameters() {
     }
     // Else the worker was dropped and rejoined: that batch went with its
     // chunk, and what was pulled for it (as the old incarnation) with it.
+    // (That pull did not wait long: the servers answer a worker that left
+    // the live set.)
   }
   if (!session_->read_ahead_taken()) {
     if (auto s = session_->Waiting([&] { return steps_->Pull(step_); });

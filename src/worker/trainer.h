@@ -36,6 +36,8 @@ class Trainer {
   Trainer(const JobConfig& config, const JobShape& shape, uint32_t rank,
           Clock& clock)
       : config_(config), shape_(shape), rank_(rank), clock_(clock) {}
+  // Waits for a pull ahead still filling ahead_ (an error ended training).
+  ~Trainer();
 
   absl::Status Start();
   // Trains one batch; false when no data is left.
