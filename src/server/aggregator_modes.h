@@ -37,7 +37,9 @@ class WaitingPulls {
  public:
   struct Pull {
     PullWait wait;
-    absl::Time since;  // when it began to wait
+    // When it began to wait; a mode may move it (semi_async: a pull ahead
+    // begins to wait at the bound only once its own push is in).
+    absl::Time since;
     PullAdmitted admitted;
   };
   // The outcomes decided under the aggregator's mutex, reported (their
@@ -59,7 +61,7 @@ class WaitingPulls {
     std::vector<std::pair<PullAdmitted, absl::Status>> decided_;
   };
   // A pull's outcome now, or nullopt while it waits on.
-  using Decide = std::function<std::optional<absl::Status>(const Pull&)>;
+  using Decide = std::function<std::optional<absl::Status>(Pull&)>;
 
   void Add(PullWait wait, absl::Time since, PullAdmitted admitted) {
     pulls_.push_back({std::move(wait), since, std::move(admitted)});

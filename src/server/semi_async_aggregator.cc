@@ -44,10 +44,16 @@ class SemiAsyncAggregator final : public Aggregator {
       FlushIfOld();
       // A pull's clock may make its worker the slowest no more.
       if (live_.NoteClock(wait.worker_id, wait.clock)) DecideWaiting(outcomes);
-      now = Decide(wait, std::nullopt);
-      if (!now || !now->ok()) stats_.set_ssp_waits(stats_.ssp_waits() + 1);
-      if (!now)
-        waiting_.Add(std::move(wait), clock_.Now(), std::move(admitted));
+      now = Decide(wait, nullptr);
+      // A pull ahead waiting for its worker's own push is not (yet) held
+      // by the bound: its wait there starts once the push is in (Decide).
+      const bool at_bound = !now ? OwnPushIn(wait) : !now->ok();
+      if (at_bound) stats_.set_ssp_waits(stats_.ssp_waits() + 1);
+      if (!now) {
+        waiting_.Add(std::move(wait),
+                     at_bound ? clock_.Now() : absl::InfiniteFuture(),
+                     std::move(admitted));
+      }
     }
     return now;
   }
@@ -195,22 +201,31 @@ class SemiAsyncAggregator final : public Aggregator {
     return absl::OkStatus();
   }
 
-  // A pull's outcome now: OK within the SSP bound. `since`: when it began
-  // to wait (nullopt: it has not).
-  std::optional<absl::Status> Decide(const PullWait& wait,
-                                     std::optional<absl::Time> since)
+  // Whether the worker's push before the pull's rows is in: always for a
+  // pull at the worker's clock; a pull ahead also waits for it, so that its
+  // rows hold that gradient (reading ahead costs no staleness).
+  bool OwnPushIn(const PullWait& wait) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return live_.ClockOf(wait.worker_id) >= wait.clock + wait.ahead;
+  }
+
+  // A pull's outcome now: OK within the SSP bound. `since`: when a waiting
+  // pull began to wait at the bound (InfiniteFuture: not yet, a pull ahead
+  // whose own push is not in; set here once it is); nullptr for a pull
+  // just arrived.
+  std::optional<absl::Status> Decide(const PullWait& wait, absl::Time* since)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint64_t slowest = live_.SlowestLiveClock();
     // A worker outside the live set (it left, or is rejoining) is not held:
     // nobody would count it as the slowest either.
     const bool live = live_.Contains(wait.worker_id);
     const uint64_t at = wait.clock + wait.ahead;
-    // A pull for a later push also waits for the worker's own push before
-    // it, so that its rows hold that gradient: reading ahead costs no
-    // staleness.
-    const bool own_pushed = live_.ClockOf(wait.worker_id) >= at;
+    const bool own_pushed = OwnPushIn(wait);
+    const auto end_wait = [&] ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (since && *since != absl::InfiniteFuture()) AddWaitSince(*since);
+    };
     if (!live || (own_pushed && at <= slowest + window_)) {
-      if (since) AddWaitSince(*since);
+      end_wait();
       if (live) {
         const uint64_t lead = at > slowest ? at - slowest : 0;
         stats_.set_max_pull_lead(std::max(stats_.max_pull_lead(), lead));
@@ -221,15 +236,20 @@ class SemiAsyncAggregator final : public Aggregator {
       return absl::OkStatus();
     }
     if (wait.cancelled && wait.cancelled()) {
-      if (since) AddWaitSince(*since);
+      end_wait();
       return absl::CancelledError("pull cancelled by the caller");
     }
     if (clock_.Now() >= wait.deadline) {
-      if (since) AddWaitSince(*since);
+      end_wait();
       return absl::DeadlineExceededError(
           absl::StrCat("pull of worker ", wait.worker_id, " at clock ",
                        at, " waits for the slowest live worker (clock ",
                        slowest, ", window ", window_, ")"));
+    }
+    if (since && own_pushed && *since == absl::InfiniteFuture()) {
+      // A pull ahead whose own push is in: the bound holds it from now on.
+      *since = clock_.Now();
+      stats_.set_ssp_waits(stats_.ssp_waits() + 1);
     }
     return std::nullopt;
   }
@@ -237,8 +257,8 @@ class SemiAsyncAggregator final : public Aggregator {
   void DecideWaiting(WaitingPulls::Outcomes& outcomes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     waiting_.DecideAll(
-        [this](const WaitingPulls::Pull& pull) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return Decide(pull.wait, pull.since);
+        [this](WaitingPulls::Pull& pull) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return Decide(pull.wait, &pull.since);
         },
         outcomes);
   }

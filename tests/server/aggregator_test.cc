@@ -329,6 +329,38 @@ TEST_F(AggregatorTest, APullReadAheadIsAdmittedAsOneAfterTheNextPush) {
   EXPECT_TRUE(ahead->status.ok()) << ahead->status;
 }
 
+// The time a pull ahead waits for its worker's own push is compute, not
+// the staleness bound's: only what it waits after that push counts (the
+// window controller and the diagnostics read these).
+TEST_F(AggregatorTest, APullAheadWaitsAtTheBoundOnlyAfterItsOwnPush) {
+  AggregatorOptions options;
+  options.window = 1;
+  auto agg =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
+  const absl::Time later = clock_.Now() + absl::Seconds(60);
+  // Worker 0 at clock 0 asks for the rows of its push 1, then computes.
+  auto ahead = Admit(*agg, 0, 0, later, nullptr, /*ahead=*/1);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  ASSERT_TRUE(ahead->decided.HasBeenNotified());
+  EXPECT_TRUE(ahead->status.ok()) << ahead->status;
+  EXPECT_EQ(agg->Stats().ssp_waits(), 0u);
+  EXPECT_EQ(agg->Stats().ssp_wait_seconds(), 0.0);
+  // Its next one (for push 2) is held by the bound once push 1 is in
+  // (2 > worker 1's 0 + 1): 3 s there, not the 5 s since it was sent.
+  ahead = Admit(*agg, 0, 1, later, nullptr, /*ahead=*/1);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(agg->Push(MakePush(0, 1, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  EXPECT_FALSE(ahead->decided.HasBeenNotified());
+  EXPECT_EQ(agg->Stats().ssp_waits(), 1u);
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  ASSERT_TRUE(ahead->decided.HasBeenNotified());
+  EXPECT_TRUE(ahead->status.ok()) << ahead->status;
+  EXPECT_EQ(agg->Stats().ssp_waits(), 1u);
+  EXPECT_DOUBLE_EQ(agg->Stats().ssp_wait_seconds(), 3.0);
+}
+
 TEST_F(AggregatorTest, AWaitingPullEndsAtItsDeadlineOrWhenCancelled) {
   for (ConsistencyMode mode :
        {ConsistencyMode::kSync, ConsistencyMode::kSemiAsync}) {
