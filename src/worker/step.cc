@@ -79,7 +79,7 @@ absl::Status StepRunner::AwaitPullAhead() {
 
 absl::Status StepRunner::PullRows(Step& step, RowSource source,
                                   std::optional<uint64_t> for_push) {
-  const absl::Time began = clock_.Now();
+  absl::Time began = clock_.Now();
   step.rows.resize(step.unique.keys().size() * model_.row_dim());
   step.dense.resize(model_.dense_size());
   // The dense weights come with the rows: one call per server.
@@ -89,6 +89,11 @@ absl::Status StepRunner::PullRows(Step& step, RowSource source,
       !s.ok()) {
     return s;
   }
+  // The reply to a pull ahead leaves a sync or semi_async server only once
+  // the step's push is in: its time on the emulated link starts when it
+  // arrives, not when the request left (conservative for async, which
+  // answers at once).
+  if (for_push) began = clock_.Now();
   device_.Throttle(step.unique.keys().size() * 8 +
                        (step.rows.size() + step.dense.size()) * 4,
                    began);
