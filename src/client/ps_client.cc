@@ -584,6 +584,15 @@ absl::Status PsClient::PullSparse(const std::string& table,
       }
       absl::Status status = impl_->CallAll(
           targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+            // A pull ahead sent again (a server restarted) after the push
+            // before it went through is a pull at the clock that push
+            // reached: sent with the old clock, a restarted sync server
+            // would wait for that push, which it lost, forever.
+            const uint64_t now = impl_->clock.load();
+            if (for_push && now > requests[s].clock() && now <= *for_push) {
+              requests[s].set_clock(now);
+              requests[s].set_ahead(static_cast<uint32_t>(*for_push - now));
+            }
             impl_->servers[s].stub->async()->PullSparse(
                 ctx, &requests[s], &responses[s], std::move(done));
           });
