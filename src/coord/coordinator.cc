@@ -362,16 +362,18 @@ void Coordinator::ControlPeriod() {
   const bool adapt = semi_async && config_.semi_async.adapt_window;
   const auto infos = PollServers(Servers());
   PlanPlacement(infos);
-  const WindowSignals total = SumSignals(infos);
+  WindowSignals total = SumSignals(infos);
+  FillLead(infos, [&] {
+    absl::MutexLock lock(&mu_);
+    return membership_.Live();
+  }(), total);
   WindowSignals period = SignalsSince(total, last_signals_);
   last_signals_ = total;
-  // Pulls wait on every server at once: one worker-second held shows up
-  // once per server.
-  period.ssp_wait_s /= std::max<size_t>(1, config_.num_servers());
   std::optional<WindowChange> change;
   {
     absl::MutexLock lock(&mu_);
-    period.worker_s = config_.semi_async.adapt_every_s *
+    period.period_s = config_.semi_async.adapt_every_s;
+    period.worker_s = period.period_s *
                       static_cast<double>(membership_.Live().size());
     for (const auto& [w, st] : LatestStaleness(infos)) {
       if (w < staleness_.size()) staleness_[w] = st;
@@ -380,7 +382,7 @@ void Coordinator::ControlPeriod() {
     view.now_s = absl::ToDoubleSeconds(clock_.Now() - started_);
     view.window = window_.window();
     if (semi_async) {
-      view.window_verdict = JudgeWindow(period);
+      view.window_verdict = JudgeWindow(period, view.window);
       if (view.window_verdict) {
         const bool grow = view.window_verdict->grow;
         view.window_can_move =

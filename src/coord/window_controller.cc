@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,9 +11,11 @@ namespace hetps {
 namespace {
 
 constexpr uint64_t kMinPushesPerPeriod = 4;
-constexpr double kSspWaitTimeShare = 0.05;
+constexpr double kSspWaitTimeShare = 0.03;
 constexpr double kEmptyShare = 0.4;
 constexpr double kTimeBoundShare = 0.5;
+// A lead growing toward the window grows it this many periods ahead.
+constexpr uint64_t kLeadPeriods = 2;
 
 uint32_t Clamp(const SemiAsyncConfig& config, double window) {
   const double lo = config.window_min;
@@ -62,24 +65,63 @@ WindowSignals SumSignals(
     total.pushes_into_empty += st.pushes_into_empty();
     total.pulls += st.pulls();
     total.ssp_waits += st.ssp_waits();
-    total.ssp_wait_s += st.ssp_wait_seconds();
     total.applies += st.applies();
     total.applies_by_time += st.applies_by_time();
+    for (const rpc::WorkerClock& c : st.clocks()) {
+      double& held = total.worker_wait_s[c.worker()];
+      held = std::max(held, c.ssp_wait_seconds());
+    }
   }
   return total;
 }
 
+void FillLead(const std::vector<std::optional<rpc::TableInfoResponse>>& servers,
+              const std::vector<uint32_t>& live, WindowSignals& signals) {
+  std::map<uint32_t, uint64_t> clocks;
+  for (uint32_t w : live) clocks[w] = 0;
+  for (const auto& info : servers) {
+    if (!info) continue;
+    for (const rpc::WorkerClock& c : info->stats().clocks()) {
+      auto it = clocks.find(c.worker());
+      if (it != clocks.end()) it->second = std::max(it->second, c.clock());
+    }
+  }
+  signals.leader = 0;
+  signals.lead = 0;
+  if (clocks.empty()) return;
+  const auto [slowest, fastest] = std::minmax_element(
+      clocks.begin(), clocks.end(),
+      [](const auto& a, const auto& b) { return a.second < b.second; });
+  signals.leader = fastest->first;
+  signals.lead = fastest->second - slowest->second;
+}
+
 WindowSignals SignalsSince(const WindowSignals& total,
                            const WindowSignals& last) {
-  if (total.pushes < last.pushes) return total;
+  const int64_t lead_change = static_cast<int64_t>(total.lead) -
+                              static_cast<int64_t>(last.lead);
+  if (total.pushes < last.pushes) {
+    WindowSignals period = total;
+    period.lead_change = lead_change;
+    return period;
+  }
+  std::map<uint32_t, double> worker_wait_s = total.worker_wait_s;
+  for (auto& [w, s] : worker_wait_s) {
+    auto it = last.worker_wait_s.find(w);
+    if (it != last.worker_wait_s.end()) s = std::max(0.0, s - it->second);
+  }
   return {.pushes = total.pushes - last.pushes,
           .pushes_into_empty = total.pushes_into_empty - last.pushes_into_empty,
           .pulls = total.pulls - last.pulls,
           .ssp_waits = total.ssp_waits - last.ssp_waits,
-          .ssp_wait_s = total.ssp_wait_s - last.ssp_wait_s,
+          .worker_wait_s = std::move(worker_wait_s),
+          .period_s = total.period_s - last.period_s,
           .worker_s = total.worker_s - last.worker_s,
           .applies = total.applies - last.applies,
-          .applies_by_time = total.applies_by_time - last.applies_by_time};
+          .applies_by_time = total.applies_by_time - last.applies_by_time,
+          .leader = total.leader,
+          .lead = total.lead,
+          .lead_change = lead_change};
 }
 
 std::map<uint32_t, uint64_t> LatestStaleness(
@@ -99,19 +141,28 @@ WindowController::WindowController(const SemiAsyncConfig& config,
                                    uint32_t initial)
     : config_(config), window_(Clamp(config, initial)) {}
 
-std::optional<WindowVerdict> JudgeWindow(const WindowSignals& period) {
+std::optional<WindowVerdict> JudgeWindow(const WindowSignals& period,
+                                         uint32_t window) {
   if (period.pushes < kMinPushesPerPeriod) return std::nullopt;
-  const double waits =
-      period.worker_s > 0 ? period.ssp_wait_s / period.worker_s : 0.0;
+  uint32_t held = 0;
+  double held_s = 0;
+  for (const auto& [w, s] : period.worker_wait_s) {
+    if (s > held_s) std::tie(held, held_s) = std::tie(w, s);
+  }
+  const double held_share = period.period_s > 0 ? held_s / period.period_s : 0;
   const double empty = Share(period.pushes_into_empty, period.pushes);
   const double by_time = Share(period.applies_by_time, period.applies);
-  if (waits > kSspWaitTimeShare) {
+  if (held_share > kSspWaitTimeShare) {
+    double all_s = 0;
+    for (const auto& [w, s] : period.worker_wait_s) all_s += s;
+    const double mean = period.worker_s > 0 ? all_s / period.worker_s : 0.0;
     return WindowVerdict{
         .grow = true,
         .reason = absl::StrFormat(
-            "too small: workers spent %.0f%% of their time held at the "
-            "staleness bound (%d of %d pulls waited)",
-            100 * waits, period.ssp_waits, period.pulls)};
+            "too small: worker %d spent %.1f%% of its time held at the "
+            "staleness bound (all workers %.1f%%; %d of %d pulls waited)",
+            held, 100 * held_share, 100 * mean, period.ssp_waits,
+            period.pulls)};
   }
   if (empty > kEmptyShare) {
     return WindowVerdict{
@@ -128,12 +179,23 @@ std::optional<WindowVerdict> JudgeWindow(const WindowSignals& period) {
             "it in %.0f%% of applies (%d of %d)",
             100 * by_time, period.applies_by_time, period.applies)};
   }
+  if (period.lead_change > 0 &&
+      period.lead + kLeadPeriods * static_cast<uint64_t>(period.lead_change) >=
+          window) {
+    return WindowVerdict{
+        .grow = true,
+        .reason = absl::StrFormat(
+            "too small: worker %d leads the slowest live worker by %d "
+            "clocks, %d more than a period ago: at that pace it reaches the "
+            "window within %d periods",
+            period.leader, period.lead, period.lead_change, kLeadPeriods)};
+  }
   return std::nullopt;
 }
 
 std::optional<WindowChange> WindowController::Adjust(
     const WindowSignals& period) {
-  std::optional<WindowVerdict> verdict = JudgeWindow(period);
+  std::optional<WindowVerdict> verdict = JudgeWindow(period, window_);
   if (!verdict) return std::nullopt;
   const uint32_t next =
       verdict->grow ? Clamp(config_, std::max(window_ * 1.5, window_ + 1.0))

@@ -9,15 +9,25 @@
 // Adaptation: every semi_async.adapt_every_s the coordinator sums the
 // servers' queue statistics over the period (WindowSignals) and calls
 // Adjust. The rules, in order:
-//   - workers held at the staleness bound for more than 5% of their time
-//     (ssp_wait_s over the period's worker-seconds), or the queue usually
+//   - a worker held at the staleness bound for more than 3% of the period
+//     (the most-held one: the fast workers wait while the slow ones never
+//     do, so an average over all would hide them), or the queue usually
 //     empty — more than 40% of the pushes found it empty — means the window
 //     is too small: grow by half (at least 1). (A pull that waits a moment
 //     costs nothing worth a larger window: a larger window means staler
-//     gradients and fewer, larger updates.)
+//     gradients and fewer, larger updates. 3%: a worker held longer cannot
+//     be 97% busy, SPEC §2's mark for the fast workers.)
 //   - the queue keeps growing: more than half of the applies came from the
 //     time bound (the queue never reached the window), so the window is too
 //     large: shrink by a quarter (at least 1);
+//   - the live workers' clocks drift apart: the most advanced one's lead
+//     over the slowest grew this period and, at that pace, reaches the
+//     window within two periods — grow before the bound holds anyone.
+//     (Batches sized by throughput leave clock rates a little apart —
+//     whole samples, short batches where a chunk ends —, so over a long
+//     job the fast workers creep ahead. After the time-bound rule: a queue
+//     the time bound applies says the window is larger than the pushes
+//     need, whatever the lead.)
 //   - otherwise keep it.
 // A period with fewer than 4 pushes says nothing and changes nothing. Every
 // change returns its reason, which the coordinator logs and shows in
@@ -42,10 +52,19 @@ struct WindowSignals {
   uint64_t pushes_into_empty = 0;
   uint64_t pulls = 0;
   uint64_t ssp_waits = 0;
-  double ssp_wait_s = 0;  // time pulls spent held by the bound
-  double worker_s = 0;    // period length × live workers
+  // Time each worker was held by the bound: the most any server held it
+  // (its pulls wait on every server at once).
+  std::map<uint32_t, double> worker_wait_s;
+  double period_s = 0;
+  double worker_s = 0;    // period_s × live workers
   uint64_t applies = 0;
   uint64_t applies_by_time = 0;
+  // Current values, not differences: the live worker furthest ahead, its
+  // lead in clocks over the slowest live one (FillLead), and how much that
+  // lead grew since the last period (< 0: shrank).
+  uint32_t leader = 0;
+  uint64_t lead = 0;
+  int64_t lead_change = 0;
 };
 
 // What the rules say about one period: the window should grow (or
@@ -55,9 +74,11 @@ struct WindowVerdict {
   std::string reason;
 };
 
-// The rules above on `period`; nullopt: keep the window (or too few pushes
-// to say). The diagnostics (diagnostics.h) use the same judgement.
-std::optional<WindowVerdict> JudgeWindow(const WindowSignals& period);
+// The rules above on `period` with the window at `window`; nullopt: keep
+// it (or too few pushes to say). The diagnostics (diagnostics.h) use the
+// same judgement.
+std::optional<WindowVerdict> JudgeWindow(const WindowSignals& period,
+                                         uint32_t window);
 
 struct WindowChange {
   uint32_t from = 0;
@@ -75,13 +96,19 @@ uint32_t InitialWindow(const JobConfig& config,
 std::vector<double> ProfiledThroughputs(const JobConfig& config);
 
 // The servers' queue counters, summed over the servers that answered
-// (`servers[s]` empty: unreachable). worker_s is left 0.
+// (`servers[s]` empty: unreachable). period_s and worker_s are left 0.
 WindowSignals SumSignals(
     const std::vector<std::optional<rpc::TableInfoResponse>>& servers);
 
-// The period between two sums: `total` − `last`, field by field; a server
-// that restarted counts from zero again, so when the pushes went down the
-// period is `total` itself.
+// The live workers' clocks as the servers saw them (each worker's largest):
+// fills `signals.leader` and `signals.lead`.
+void FillLead(const std::vector<std::optional<rpc::TableInfoResponse>>& servers,
+              const std::vector<uint32_t>& live, WindowSignals& signals);
+
+// The period between two sums: `total` − `last`, field by field, but the
+// lead as it is now (lead_change: its growth since `last`); a server that
+// restarted counts from zero again, so when the pushes went down the
+// counters are `total`'s own.
 WindowSignals SignalsSince(const WindowSignals& total,
                            const WindowSignals& last);
 

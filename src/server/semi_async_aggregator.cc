@@ -50,6 +50,7 @@ class SemiAsyncAggregator final : public Aggregator {
       const bool at_bound = !now ? OwnPushIn(wait) : !now->ok();
       if (at_bound) stats_.set_ssp_waits(stats_.ssp_waits() + 1);
       if (!now) {
+        if (at_bound) BeginHold(wait.worker_id);
         waiting_.Add(std::move(wait),
                      at_bound ? clock_.Now() : absl::InfiniteFuture(),
                      std::move(admitted));
@@ -154,9 +155,26 @@ class SemiAsyncAggregator final : public Aggregator {
     stats.set_queue_length(queued_);
     stats.set_window(window_);
     live_.FillClocks(&stats);
+    // Holds still going count up to now: a period's difference is the time
+    // held within it, not a long hold all at once when it ends.
+    const absl::Time now = clock_.Now();
+    double held_now = 0;
+    for (const auto& [w, record] : records_) {
+      if (record.held_pulls > 0) {
+        held_now += absl::ToDoubleSeconds(now - record.held_since);
+      }
+    }
+    stats.set_ssp_wait_seconds(stats.ssp_wait_seconds() + held_now);
     for (rpc::WorkerClock& c : *stats.mutable_clocks()) {
       auto it = records_.find(c.worker());
-      if (it != records_.end()) c.set_last_staleness(it->second.last_staleness);
+      if (it == records_.end()) continue;
+      const WorkerRecord& record = it->second;
+      c.set_last_staleness(record.last_staleness);
+      c.set_ssp_wait_seconds(
+          record.ssp_wait_s +
+          (record.held_pulls > 0
+               ? absl::ToDoubleSeconds(now - record.held_since)
+               : 0.0));
     }
     return stats;
   }
@@ -222,7 +240,7 @@ class SemiAsyncAggregator final : public Aggregator {
     const uint64_t at = wait.clock + wait.ahead;
     const bool own_pushed = OwnPushIn(wait);
     const auto end_wait = [&] ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      if (since && *since != absl::InfiniteFuture()) AddWaitSince(*since);
+      if (since && *since != absl::InfiniteFuture()) EndHold(wait.worker_id);
     };
     if (!live || (own_pushed && at <= slowest + window_)) {
       end_wait();
@@ -250,6 +268,7 @@ class SemiAsyncAggregator final : public Aggregator {
       // A pull ahead whose own push is in: the bound holds it from now on.
       *since = clock_.Now();
       stats_.set_ssp_waits(stats_.ssp_waits() + 1);
+      BeginHold(wait.worker_id);
     }
     return std::nullopt;
   }
@@ -275,9 +294,19 @@ class SemiAsyncAggregator final : public Aggregator {
     }
   }
 
-  void AddWaitSince(absl::Time start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    stats_.set_ssp_wait_seconds(stats_.ssp_wait_seconds() +
-                                absl::ToDoubleSeconds(clock_.Now() - start));
+  // A worker is held while any of its pulls is (it pulls its tables at
+  // once: they wait together, and count once).
+  void BeginHold(uint32_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    WorkerRecord& record = records_[worker_id];
+    if (record.held_pulls++ == 0) record.held_since = clock_.Now();
+  }
+
+  void EndHold(uint32_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    WorkerRecord& record = records_[worker_id];
+    if (record.held_pulls == 0 || --record.held_pulls > 0) return;
+    const double s = absl::ToDoubleSeconds(clock_.Now() - record.held_since);
+    stats_.set_ssp_wait_seconds(stats_.ssp_wait_seconds() + s);
+    record.ssp_wait_s += s;
   }
 
   // The time bound. Checked at every push and pull, and by the timer thread
@@ -298,6 +327,11 @@ class SemiAsyncAggregator final : public Aggregator {
     // the pull read ahead of a non-empty queue.
     uint64_t seen_version = 0;
     uint64_t last_staleness = 0;
+    // Time held by the bound (some pull of it waiting there), ended holds;
+    // held_pulls of its pulls are held now, since held_since.
+    double ssp_wait_s = 0;
+    uint32_t held_pulls = 0;
+    absl::Time held_since;
   };
 
   // Whether `worker_id`'s pull is answered ahead of the queue, and notes the

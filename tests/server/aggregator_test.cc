@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -359,6 +360,49 @@ TEST_F(AggregatorTest, APullAheadWaitsAtTheBoundOnlyAfterItsOwnPush) {
   EXPECT_TRUE(ahead->status.ok()) << ahead->status;
   EXPECT_EQ(agg->Stats().ssp_waits(), 1u);
   EXPECT_DOUBLE_EQ(agg->Stats().ssp_wait_seconds(), 3.0);
+  // Per worker too (the window controller judges by the most-held one).
+  std::map<uint32_t, double> held;
+  const AggregatorStats stats = agg->Stats();
+  for (const rpc::WorkerClock& c : stats.clocks()) {
+    held[c.worker()] = c.ssp_wait_seconds();
+  }
+  EXPECT_EQ(held, (std::map<uint32_t, double>{{0, 3.0}, {1, 0.0}}));
+}
+
+// A worker pulls its tables at once: held together, they count once — its
+// time held is wall time, which a period's share of can never pass 100%.
+// A hold still going counts up to now.
+TEST_F(AggregatorTest, AWorkersTimeHeldIsWallTimeAndCountsWhileHeld) {
+  AggregatorOptions options;
+  options.window = 1;
+  auto agg =
+      *Aggregator::Create(ConsistencyMode::kSemiAsync, 2, options, clock_);
+  const absl::Time later = clock_.Now() + absl::Seconds(60);
+  // Worker 0 at clock 2, worker 1 at 0: 2 > 0 + 1 holds both pulls.
+  auto sparse = Admit(*agg, 0, 2, later);
+  auto dense = Admit(*agg, 0, 2, later);
+  clock_.Advance(absl::Seconds(2));
+  const auto held = [&] {
+    const AggregatorStats stats = agg->Stats();
+    std::map<uint32_t, double> by_worker;
+    for (const rpc::WorkerClock& c : stats.clocks()) {
+      by_worker[c.worker()] = c.ssp_wait_seconds();
+    }
+    return std::pair{stats.ssp_wait_seconds(), by_worker};
+  };
+  EXPECT_FALSE(sparse->decided.HasBeenNotified());
+  EXPECT_EQ(held().first, 2.0);
+  EXPECT_EQ(held().second.at(0), 2.0);
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(agg->Push(MakePush(1, 0, 1, {7}, {0, 0}, {0, 0, 0})).ok());
+  ASSERT_TRUE(sparse->decided.HasBeenNotified());
+  ASSERT_TRUE(dense->decided.HasBeenNotified());
+  EXPECT_EQ(agg->Stats().ssp_waits(), 2u);
+  EXPECT_EQ(held().first, 3.0);
+  EXPECT_EQ(held().second, (std::map<uint32_t, double>{{0, 3.0}, {1, 0.0}}));
+  // Ended: no longer growing.
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(held().first, 3.0);
 }
 
 TEST_F(AggregatorTest, AWaitingPullEndsAtItsDeadlineOrWhenCancelled) {
