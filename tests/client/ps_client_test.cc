@@ -206,5 +206,50 @@ TEST(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
   }
 }
 
+// A pull ahead that fails after its worker's push went through (the server
+// went away meanwhile) is sent again as a pull at the clock that push
+// reached: sent as before — clock 0, one ahead — a restarted sync server,
+// which lost push 0, would hold it for that push forever.
+TEST(PsClientPullAheadTest, APullAheadSentAgainAfterItsPushCarriesTheNewClock) {
+  JobConfig config = OneTableJob();
+  config.mode = ConsistencyMode::kSync;
+  config.train.warmup_rounds = 0;
+  auto node = ServerNode::Start(config, 0, "127.0.0.1:0");
+  ASSERT_TRUE(node.ok()) << node.status();
+  PsClientOptions options;
+  options.endpoints = {"127.0.0.1:" + std::to_string((*node)->port())};
+  options.worker_id = 0;
+  options.rpc.initial_backoff_s = 0.01;
+  FaultPlan plan;
+  absl::Notification pushed;
+  plan.RefuseWhen("PullSparse", &pushed);
+  auto client =
+      PsClientFactory::Connect(options, Clock::Real(), FaultyStubs(plan));
+  ASSERT_TRUE(client.ok()) << client.status();
+  PsClient& c = **client;
+  const uint64_t key = 4;
+  std::vector<float> row(2, 9.0f);
+  absl::Status ahead;
+  std::thread pull([&] {
+    ahead = c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
+                         RowSource::kServers, nullptr, /*for_push=*/1);
+  });
+  // Its first try is held in the stub while the push goes through.
+  ASSERT_TRUE(testing::WaitFor([&] { return plan.calls("PullSparse") >= 1; }));
+  const std::vector<float> grad = {1.0f, 2.0f};
+  const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
+  ASSERT_TRUE(c.Push(grads, 1).ok());
+  pushed.Notify();
+  pull.join();
+  ASSERT_TRUE(ahead.ok()) << ahead;
+  EXPECT_EQ(row, (std::vector<float>{-1.0f, -2.0f}));
+  const std::vector<rpc::PullSparseRequest> sent = plan.pull_requests();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].clock(), 0u);
+  EXPECT_EQ(sent[0].ahead(), 1u);
+  EXPECT_EQ(sent[1].clock(), 1u);
+  EXPECT_EQ(sent[1].ahead(), 0u);
+}
+
 }  // namespace
 }  // namespace hetps

@@ -21,6 +21,22 @@ void FaultPlan::SetDead(bool dead) {
   dead_ = dead;
 }
 
+void FaultPlan::RefuseWhen(const std::string& method,
+                           absl::Notification* ready) {
+  absl::MutexLock lock(&mu_);
+  refuse_when_[method] = ready;
+}
+
+std::vector<rpc::PullSparseRequest> FaultPlan::pull_requests() const {
+  absl::MutexLock lock(&mu_);
+  return pulls_;
+}
+
+void FaultPlan::Saw(const rpc::PullSparseRequest& request) {
+  absl::MutexLock lock(&mu_);
+  pulls_.push_back(request);
+}
+
 int FaultPlan::calls(const std::string& method) const {
   absl::MutexLock lock(&mu_);
   auto it = calls_.find(method);
@@ -28,8 +44,21 @@ int FaultPlan::calls(const std::string& method) const {
 }
 
 FaultPlan::Fault FaultPlan::Next(const std::string& method) {
+  absl::Notification* ready = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    ++calls_[method];
+    auto it = refuse_when_.find(method);
+    if (it != refuse_when_.end()) {
+      ready = it->second;
+      refuse_when_.erase(it);
+    }
+  }
+  if (ready != nullptr) {
+    ready->WaitForNotification();
+    return Fault::kRefuse;
+  }
   absl::MutexLock lock(&mu_);
-  ++calls_[method];
   if (dead_) return Fault::kRefuse;
   if (refuse_[method] > 0) {
     --refuse_[method];
@@ -63,6 +92,13 @@ void Faulted(FaultPlan& plan, const std::string& method, Call call,
       return;
   }
 }
+
+// Keeps the PullSparse requests; the rest pass unrecorded.
+void Seen(FaultPlan& plan, const rpc::PullSparseRequest& request) {
+  plan.Saw(request);
+}
+template <typename Request>
+void Seen(FaultPlan&, const Request&) {}
 
 class FaultyStub final
     : public ::testing::NiceMock<rpc::MockParameterServerStub> {
@@ -142,6 +178,7 @@ class FaultyStub final
   void Method(grpc::ClientContext* ctx, const rpc::Request* req,           \
               rpc::Response* resp, std::function<void(grpc::Status)> done) \
       override {                                                           \
+    Seen(plan_, *req);                                                     \
     Faulted(                                                               \
         plan_, #Method,                                                    \
         [&](std::function<void(grpc::Status)> d) {                         \

@@ -7,7 +7,11 @@
 //  - `lose_reply` calls reach the server and are applied, but the caller
 //    sees UNAVAILABLE (the reply was lost: the caller retries what the
 //    server already has);
-//  - `dead` answers UNAVAILABLE to everything.
+//  - `dead` answers UNAVAILABLE to everything;
+//  - `refuse_when` holds the next call of a method until a notification,
+//    then refuses it (a peer that went away while the caller did something
+//    else: what the caller sends again is then decided after that).
+// It also keeps every PullSparse request it passed or faulted, in order.
 // It is a gmock stub (hetps_mock.grpc.pb.h) with the callback API added,
 // which is what PsClient uses; the synchronous calls the coordinator and
 // the BucketMover make go the same way.
@@ -16,8 +20,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "hetps.grpc.pb.h"
 #include "hetps_mock.grpc.pb.h"
@@ -30,8 +36,13 @@ class FaultPlan {
   void Refuse(const std::string& method, int n);
   void LoseReply(const std::string& method, int n);
   void SetDead(bool dead);
+  // The next call of `method` waits (on its caller's thread) until `ready`
+  // is notified, then answers UNAVAILABLE; `ready` must outlive that call.
+  void RefuseWhen(const std::string& method, absl::Notification* ready);
   // Calls of `method` seen (faulted or not).
   int calls(const std::string& method) const;
+  std::vector<rpc::PullSparseRequest> pull_requests() const;
+  void Saw(const rpc::PullSparseRequest& request);
 
   enum class Fault { kNone, kRefuse, kLoseReply };
   // Counts the call and says what happens to it.
@@ -42,6 +53,8 @@ class FaultPlan {
   std::map<std::string, int> refuse_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> lose_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> calls_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Notification*> refuse_when_ ABSL_GUARDED_BY(mu_);
+  std::vector<rpc::PullSparseRequest> pulls_ ABSL_GUARDED_BY(mu_);
   bool dead_ ABSL_GUARDED_BY(mu_) = false;
 };
 
