@@ -129,17 +129,25 @@ class Ticker {
   std::thread thread_;
 };
 
-// Live-set bookkeeping shared by the modes.
+// Live-set bookkeeping shared by the modes. The live workers' clocks are
+// also kept ordered, so that the slowest is read in constant time: every
+// push and every waiting pull asks for it, hundreds of times a round with
+// hundreds of workers.
 class LiveSet {
  public:
   explicit LiveSet(uint32_t num_workers) {
-    for (uint32_t w = 0; w < num_workers; ++w) live_.insert(w);
+    for (uint32_t w = 0; w < num_workers; ++w) {
+      live_.insert(w);
+      live_clocks_.insert(0);
+    }
   }
   // Returns true when the update was newer and applied.
   bool Update(uint64_t epoch, const std::vector<uint32_t>& live) {
     if (epoch <= epoch_) return false;
     epoch_ = epoch;
     live_ = std::set<uint32_t>(live.begin(), live.end());
+    live_clocks_.clear();
+    for (uint32_t w : live_) live_clocks_.insert(ClockOf(w));
     return true;
   }
   bool Contains(uint32_t w) const { return live_.contains(w); }
@@ -151,6 +159,10 @@ class LiveSet {
   bool NoteClock(uint32_t w, uint64_t clock) {
     uint64_t& c = clocks_[w];
     if (clock <= c) return false;
+    if (live_.contains(w)) {
+      live_clocks_.erase(live_clocks_.find(c));
+      live_clocks_.insert(clock);
+    }
     c = clock;
     return true;
   }
@@ -162,11 +174,12 @@ class LiveSet {
   // there is none).
   uint64_t SlowestLiveClock(
       uint32_t except = std::numeric_limits<uint32_t>::max()) const {
-    uint64_t slowest = std::numeric_limits<uint64_t>::max();
-    for (uint32_t w : live_) {
-      if (w != except) slowest = std::min(slowest, ClockOf(w));
-    }
-    return slowest == std::numeric_limits<uint64_t>::max() ? 0 : slowest;
+    if (live_clocks_.empty()) return 0;
+    auto slowest = live_clocks_.begin();
+    // Without `except`'s own clock: the next one when it is the first (a
+    // tie with another worker's leaves that one's, the same value).
+    if (live_.contains(except) && *slowest == ClockOf(except)) ++slowest;
+    return slowest == live_clocks_.end() ? 0 : *slowest;
   }
   // The refusal of a push from `w` when it is not live: the coordinator
   // dropped it (and handed its chunk to another worker), so what it
@@ -189,6 +202,7 @@ class LiveSet {
   uint64_t epoch_ = 0;
   std::set<uint32_t> live_;
   std::map<uint32_t, uint64_t> clocks_;
+  std::multiset<uint64_t> live_clocks_;  // ClockOf(w) for w in live_
 };
 
 // The samples of one step of the whole job: those of the last merge of one
