@@ -239,7 +239,7 @@ class SemiAsyncAggregator final : public Aggregator {
     const bool live = live_.Contains(wait.worker_id);
     const uint64_t at = wait.clock + wait.ahead;
     const bool own_pushed = OwnPushIn(wait);
-    const auto end_wait = [&] ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const auto end_wait = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       if (since && *since != absl::InfiniteFuture()) EndHold(wait.worker_id);
     };
     if (!live || (own_pushed && at <= slowest + window_)) {
