@@ -158,23 +158,16 @@ class SemiAsyncAggregator final : public Aggregator {
     // Holds still going count up to now: a period's difference is the time
     // held within it, not a long hold all at once when it ends.
     const absl::Time now = clock_.Now();
-    double held_now = 0;
     for (const auto& [w, record] : records_) {
-      if (record.held_pulls > 0) {
-        held_now += absl::ToDoubleSeconds(now - record.held_since);
-      }
+      stats.set_ssp_wait_seconds(stats.ssp_wait_seconds() +
+                                 record.HeldSoFar(now));
     }
-    stats.set_ssp_wait_seconds(stats.ssp_wait_seconds() + held_now);
     for (rpc::WorkerClock& c : *stats.mutable_clocks()) {
       auto it = records_.find(c.worker());
       if (it == records_.end()) continue;
       const WorkerRecord& record = it->second;
       c.set_last_staleness(record.last_staleness);
-      c.set_ssp_wait_seconds(
-          record.ssp_wait_s +
-          (record.held_pulls > 0
-               ? absl::ToDoubleSeconds(now - record.held_since)
-               : 0.0));
+      c.set_ssp_wait_seconds(record.ssp_wait_s + record.HeldSoFar(now));
     }
     return stats;
   }
@@ -332,6 +325,11 @@ class SemiAsyncAggregator final : public Aggregator {
     double ssp_wait_s = 0;
     uint32_t held_pulls = 0;
     absl::Time held_since;
+
+    // The hold going on now, up to `now` (0 when none).
+    double HeldSoFar(absl::Time now) const {
+      return held_pulls > 0 ? absl::ToDoubleSeconds(now - held_since) : 0.0;
+    }
   };
 
   // Whether `worker_id`'s pull is answered ahead of the queue, and notes the

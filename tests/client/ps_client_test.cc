@@ -157,22 +157,37 @@ TEST_F(PsClientTest, OtherErrorsAreNotRetried) {
   EXPECT_TRUE(clock_.sleeps().empty());
 }
 
+// A sync server with one sgd table (a whole step from the first round) and
+// a client of it through faulty stubs, on the real clock.
+class PsClientPullAheadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    JobConfig config = OneTableJob();
+    config.mode = ConsistencyMode::kSync;
+    config.train.warmup_rounds = 0;
+    auto node = ServerNode::Start(config, 0, "127.0.0.1:0");
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = std::move(*node);
+    options_.endpoints = {"127.0.0.1:" + std::to_string(node_->port())};
+    options_.worker_id = 0;
+  }
+
+  absl::StatusOr<std::unique_ptr<PsClient>> Connect() {
+    return PsClientFactory::Connect(options_, Clock::Real(),
+                                    FaultyStubs(plan_));
+  }
+
+  std::unique_ptr<ServerNode> node_;
+  PsClientOptions options_;
+  FaultPlan plan_;
+};
+
 // A pull for the push after the next (train.prefetch): in sync the rows of
 // the next step exist once the round of this step's push closes, so the
 // pull, sent before that push, is answered with the push applied. Only one
 // step ahead, and no cached rows.
-TEST(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
-  JobConfig config = OneTableJob();
-  config.mode = ConsistencyMode::kSync;
-  config.train.warmup_rounds = 0;  // a whole sgd step from the first round
-  auto node = ServerNode::Start(config, 0, "127.0.0.1:0");
-  ASSERT_TRUE(node.ok()) << node.status();
-  PsClientOptions options;
-  options.endpoints = {"127.0.0.1:" + std::to_string((*node)->port())};
-  options.worker_id = 0;
-  FaultPlan plan;
-  auto client =
-      PsClientFactory::Connect(options, Clock::Real(), FaultyStubs(plan));
+TEST_F(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
+  auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();
   PsClient& c = **client;
   const uint64_t key = 4;
@@ -184,7 +199,7 @@ TEST(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
   });
   // The pull waits at the server for round 0, which this push closes.
   ASSERT_TRUE(testing::WaitFor([&] {
-    return (*node)->ps().aggregator_stats().pulls() >= 1;
+    return node_->ps().aggregator_stats().pulls() >= 1;
   }));
   const std::vector<float> grad = {1.0f, 2.0f};
   const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
@@ -210,21 +225,12 @@ TEST(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
 // went away meanwhile) is sent again as a pull at the clock that push
 // reached: sent as before — clock 0, one ahead — a restarted sync server,
 // which lost push 0, would hold it for that push forever.
-TEST(PsClientPullAheadTest, APullAheadSentAgainAfterItsPushCarriesTheNewClock) {
-  JobConfig config = OneTableJob();
-  config.mode = ConsistencyMode::kSync;
-  config.train.warmup_rounds = 0;
-  auto node = ServerNode::Start(config, 0, "127.0.0.1:0");
-  ASSERT_TRUE(node.ok()) << node.status();
-  PsClientOptions options;
-  options.endpoints = {"127.0.0.1:" + std::to_string((*node)->port())};
-  options.worker_id = 0;
-  options.rpc.initial_backoff_s = 0.01;
-  FaultPlan plan;
+TEST_F(PsClientPullAheadTest,
+       APullAheadSentAgainAfterItsPushCarriesTheNewClock) {
+  options_.rpc.initial_backoff_s = 0.01;
   absl::Notification pushed;
-  plan.RefuseWhen("PullSparse", &pushed);
-  auto client =
-      PsClientFactory::Connect(options, Clock::Real(), FaultyStubs(plan));
+  plan_.RefuseWhen("PullSparse", &pushed);
+  auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();
   PsClient& c = **client;
   const uint64_t key = 4;
@@ -235,7 +241,8 @@ TEST(PsClientPullAheadTest, APullAheadSentAgainAfterItsPushCarriesTheNewClock) {
                          RowSource::kServers, nullptr, /*for_push=*/1);
   });
   // Its first try is held in the stub while the push goes through.
-  ASSERT_TRUE(testing::WaitFor([&] { return plan.calls("PullSparse") >= 1; }));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return plan_.calls("PullSparse") >= 1; }));
   const std::vector<float> grad = {1.0f, 2.0f};
   const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
   ASSERT_TRUE(c.Push(grads, 1).ok());
@@ -243,7 +250,7 @@ TEST(PsClientPullAheadTest, APullAheadSentAgainAfterItsPushCarriesTheNewClock) {
   pull.join();
   ASSERT_TRUE(ahead.ok()) << ahead;
   EXPECT_EQ(row, (std::vector<float>{-1.0f, -2.0f}));
-  const std::vector<rpc::PullSparseRequest> sent = plan.pull_requests();
+  const std::vector<rpc::PullSparseRequest> sent = plan_.pull_requests();
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].clock(), 0u);
   EXPECT_EQ(sent[0].ahead(), 1u);
