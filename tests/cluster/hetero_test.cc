@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -50,15 +51,14 @@ train:
 // `hetps status --json` of the job whose coordinator is at `coordinator`,
 // asked until `wanted` holds for it or `over` turns true (the job ended);
 // an empty object then.
-nlohmann::json StatusWhen(const std::string& coordinator,
-                          const std::atomic<bool>& over,
-                          const std::function<bool(const nlohmann::json&)>&
-                              wanted) {
+nlohmann::json StatusWhen(
+    const std::string& coordinator, const std::atomic<bool>& over,
+    const std::function<bool(const nlohmann::json&)>& wanted) {
   while (!over) {
-    const testing::CommandResult status = RunCommand(
-        {testing::HetpsBinary(), "status", "--json", "--coordinator",
-         coordinator},
-        std::chrono::seconds(20));
+    const testing::CommandResult status =
+        RunCommand({testing::HetpsBinary(), "status", "--json", "--coordinator",
+                    coordinator},
+                   std::chrono::seconds(20));
     nlohmann::json j = nlohmann::json::parse(status.output, nullptr, false);
     if (status.exit_code == 0 && j.is_object() && wanted(j)) return j;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -323,11 +323,20 @@ TEST(HeteroClusterTest, KilledWorkerIsDroppedAndSyncFinishes) {
 // FM on 150k generated samples of vocab 1000, 1 epoch, adagrad 0.05.
 // Measured on 7887569 (before the fix), two runs: sync 0.6955 / 0.6901,
 // semi_async 0.6707 / 0.6739 (0.016-0.025 below); after: sync 0.6912 /
-// 0.6817, semi_async 0.6972 / 0.6989. Sync's own run-to-run spread here is
-// about 0.014 (proportional batches follow measured speeds), so the check
-// is one-sided: semi_async may not end more than 0.01 below sync. (Vocab
-// 100 is left to the benchmark matrix: its hot rows make single runs of
-// every mode spread by 0.02-0.03, docs/BENCHMARKS.md §5b.)
+// 0.6817, semi_async 0.6972 / 0.6989. (Vocab 100 is left to the benchmark
+// matrix: its hot rows make single runs of every mode spread by 0.02-0.03,
+// docs/BENCHMARKS.md §5b.)
+//
+// The warm-up (train.warmup_rounds) is 40 rounds here, not the default 20:
+// lr 0.05 is the high end, where the largest adagrad step of the run comes
+// as the warm-up ends, and some semi_async runs overshoot there. Measured
+// on c59d3bd (docs/BENCHMARKS.md §5e): at 20 rounds sync 0.7166-0.7235 (8
+// runs; CI once 0.7269), semi_async median 0.7232 over 25 runs, but 3 of
+// them at 0.7045-0.7089, which a 0.01 bar fails; at 40 rounds sync
+// 0.7247-0.7278 (4), semi_async 0.7197-0.7254 (10, median 0.7214). The bar
+// is one-sided, on the mean of two semi_async runs: semi_async may not end
+// more than 0.01 below sync. What issue 11 broke is checked from the
+// servers' own record: the reads ahead of the queue.
 // Generated Criteo-format data in `dir`.
 std::string GeneratedCriteo(const TempDir& dir, uint64_t samples,
                             uint32_t vocab, uint64_t seed) {
@@ -341,21 +350,27 @@ std::string GeneratedCriteo(const TempDir& dir, uint64_t samples,
 }
 
 // The reference cluster of bench/hetero (3 fast workers, 7 slow ones, 3
-// servers) at `fast` / `slow` samples/s, FM on `data`, 1 epoch.
-testing::LaunchedJob ReferenceClusterOnCriteo(const TempDir& dir,
-                                              const std::string& data,
-                                              const std::string& mode,
-                                              const std::string& plan, int fast,
-                                              int slow, double learning_rate) {
+// servers) at `fast` / `slow` samples/s, FM on `data`, 1 epoch; the
+// default warm-up unless `warmup_rounds` is given.
+testing::LaunchedJob ReferenceClusterOnCriteo(
+    const TempDir& dir, const std::string& data, const std::string& mode,
+    const std::string& plan, int fast, int slow, double learning_rate,
+    std::optional<int> warmup_rounds = {}) {
+  std::vector<std::string> sets = {
+      absl::StrCat("mode=", mode),
+      absl::StrCat("planner.batch_plan=", plan),
+      absl::StrCat("device_profiles=[{ranks: [0, 1, 2], throughput: ", fast,
+                   "}, {ranks: [3, 4, 5, 6, 7, 8, 9], throughput: ", slow,
+                   "}]"),
+      "train.model=fm",
+      "train.data.format=criteo",
+      absl::StrCat("train.data.path=", data),
+      absl::StrCat("train.optimizer.learning_rate=", learning_rate)};
+  if (warmup_rounds) {
+    sets.push_back(absl::StrCat("train.warmup_rounds=", *warmup_rounds));
+  }
   return testing::LaunchJob(
-      dir, testing::SourcePath("bench/hetero/reference.yaml"),
-      {absl::StrCat("mode=", mode), absl::StrCat("planner.batch_plan=", plan),
-       absl::StrCat("device_profiles=[{ranks: [0, 1, 2], throughput: ", fast,
-                    "}, {ranks: [3, 4, 5, 6, 7, 8, 9], throughput: ", slow,
-                    "}]"),
-       "train.model=fm", "train.data.format=criteo",
-       absl::StrCat("train.data.path=", data),
-       absl::StrCat("train.optimizer.learning_rate=", learning_rate)});
+      dir, testing::SourcePath("bench/hetero/reference.yaml"), sets);
 }
 
 TEST(HeteroClusterTest, SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo) {
@@ -363,32 +378,36 @@ TEST(HeteroClusterTest, SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo) {
   const std::string data = GeneratedCriteo(dir, 150000, 1000, 5);
   auto run = [&](const std::string& mode) {
     return ReferenceClusterOnCriteo(dir, data, mode, "proportional", 2000, 600,
-                                    0.05);
+                                    0.05, 40);
   };
   const testing::LaunchedJob sync = run("sync");
   ASSERT_EQ(sync.result.exit_code, 0) << sync.result.output;
-  const testing::LaunchedJob semi = run("semi_async");
-  ASSERT_EQ(semi.result.exit_code, 0) << semi.result.output;
   const double sync_auc = sync.summary["test_auc"].get<double>();
-  const double semi_auc = semi.summary["test_auc"].get<double>();
   EXPECT_GT(sync_auc, 0.66);
-  EXPECT_GE(semi_auc, sync_auc - 0.01)
-      << "semi_async " << semi_auc << ", sync " << sync_auc;
-  // Both trained every sample once.
-  EXPECT_EQ(sync.summary["samples"], semi.summary["samples"]);
-  // The servers read ahead of their queues, and no gradient they applied
-  // was computed on parameters more than one apply old.
-  const std::regex record(
-      "max staleness ([0-9]+), pulls read ahead of the queue ([0-9]+)");
-  const std::string& out = semi.result.output;
-  int servers_reporting = 0;
-  for (std::sregex_iterator it(out.begin(), out.end(), record), end; it != end;
-       ++it) {
-    ++servers_reporting;
-    EXPECT_LE(std::stoi((*it)[1]), 1);
-    EXPECT_GT(std::stoi((*it)[2]), 0);
+  std::vector<double> semi_aucs;
+  for (int i = 0; i < 2; ++i) {
+    const testing::LaunchedJob semi = run("semi_async");
+    ASSERT_EQ(semi.result.exit_code, 0) << semi.result.output;
+    semi_aucs.push_back(semi.summary["test_auc"].get<double>());
+    // Both trained every sample once.
+    EXPECT_EQ(sync.summary["samples"], semi.summary["samples"]);
+    // The servers read ahead of their queues, and no gradient they applied
+    // was computed on parameters more than one apply old.
+    const std::regex record(
+        "max staleness ([0-9]+), pulls read ahead of the queue ([0-9]+)");
+    const std::string& out = semi.result.output;
+    int servers_reporting = 0;
+    for (std::sregex_iterator it(out.begin(), out.end(), record), end;
+         it != end; ++it) {
+      ++servers_reporting;
+      EXPECT_LE(std::stoi((*it)[1]), 1);
+      EXPECT_GT(std::stoi((*it)[2]), 0);
+    }
+    EXPECT_EQ(servers_reporting, 3) << out;
   }
-  EXPECT_EQ(servers_reporting, 3) << out;
+  const double semi_auc = (semi_aucs[0] + semi_aucs[1]) / 2;
+  EXPECT_GE(semi_auc, sync_auc - 0.01) << "semi_async " << semi_aucs[0] << ", "
+                                       << semi_aucs[1] << "; sync " << sync_auc;
 }
 
 // issue 11, vocab 100: every row of the first columns is in every batch.
@@ -418,9 +437,9 @@ TEST(HeteroClusterTest, SemiAsyncWarmsUpPastTheHotRowPlateau) {
   }
   const double sync_auc = sync.summary["test_auc"].get<double>();
   const double semi_auc = (semi_aucs[0] + semi_aucs[1]) / 2;
-  EXPECT_GT(semi_auc, 0.75) << "the plateau: semi_async " << semi_aucs[0]
-                            << ", " << semi_aucs[1] << "; sync equal "
-                            << sync_auc;
+  EXPECT_GT(semi_auc, 0.75)
+      << "the plateau: semi_async " << semi_aucs[0] << ", " << semi_aucs[1]
+      << "; sync equal " << sync_auc;
   EXPECT_GE(semi_auc, sync_auc - 0.005)
       << "semi_async " << semi_aucs[0] << ", " << semi_aucs[1]
       << "; sync equal " << sync_auc;
@@ -562,13 +581,12 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
                       "server_profiles: [{ranks: [1], speed: 0.25}]\n");
   std::atomic<bool> over{false};
   testing::CommandResult launched;
-  std::thread launcher = LaunchTwoServerJob(dir, config, endpoints, 8,
-                                            launched, over);
+  std::thread launcher =
+      LaunchTwoServerJob(dir, config, endpoints, 8, launched, over);
   // Until a status shows a plan with moves (or the job ends without one).
   const nlohmann::json status =
       StatusWhen(endpoints[0], over, [](const nlohmann::json& j) {
-        return j.contains("placement") &&
-               j["placement"].value("moves", 0u) > 0;
+        return j.contains("placement") && j["placement"].value("moves", 0u) > 0;
       });
   const nlohmann::json placement =
       status.empty() ? nlohmann::json() : status["placement"];
@@ -602,14 +620,14 @@ TEST(HeteroClusterTest, MigrationMovesBucketsOffAQuarterSpeedServer) {
   // while the job trains, and the rows served move to server 0.
   TempDir dir;
   const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
-  const std::string config = dir.Write(
-      "job.yaml", MixedJob("semi_async", 8) +
-                      "server_profiles: [{ranks: [1], speed: 0.25}]\n"
-                      "sharding: {migrate: true}\n");
+  const std::string config =
+      dir.Write("job.yaml", MixedJob("semi_async", 8) +
+                                "server_profiles: [{ranks: [1], speed: 0.25}]\n"
+                                "sharding: {migrate: true}\n");
   std::atomic<bool> over{false};
   testing::CommandResult launched;
-  std::thread launcher = LaunchTwoServerJob(dir, config, endpoints, 12,
-                                            launched, over);
+  std::thread launcher =
+      LaunchTwoServerJob(dir, config, endpoints, 12, launched, over);
   double before = 0;
   const nlohmann::json moved =
       StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
