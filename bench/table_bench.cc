@@ -1,6 +1,7 @@
 // Micro-benchmarks of SparseTable Pull and Push on warm rows (every key
 // already present), the steady state of training, and of what a server
-// adds per request to record its access (shard/access_stats.h). Keys are
+// adds per request to record its access (shard/access_stats.h) and to
+// check a push's values for NaN/Inf (common/finite.h). Keys are
 // random 64-bit ids, as produced by feature hashing.
 //
 //   table_bench --benchmark_format=json
@@ -15,6 +16,7 @@
 
 #include "benchmark/benchmark.h"
 #include "common/clock.h"
+#include "common/finite.h"
 #include "hetps/config.h"
 #include "shard/access_stats.h"
 #include "table/optimizer.h"
@@ -97,6 +99,20 @@ void BM_RecordAccess(benchmark::State& state) {
                           static_cast<int64_t>(count));
 }
 
+// The NaN/Inf check every push's values get, on the client and again on
+// the server (common/finite.h): all finite, the common case.
+void BM_CheckFinite(benchmark::State& state) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(static_cast<size_t>(state.range(0)));
+  for (float& v : values) v = normal(rng);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(FirstNonFinite(values));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(values.size() * sizeof(float)));
+}
+
 BENCHMARK(BM_Pull)->Apply(Sizes);
 BENCHMARK(BM_RecordAccess)
     ->Arg(64)
@@ -104,6 +120,12 @@ BENCHMARK(BM_RecordAccess)
     ->Arg(10'000)
     ->Arg(100'000)
     ->ArgName("keys")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CheckFinite)
+    ->Arg(16'000)
+    ->Arg(160'000)
+    ->Arg(1'600'000)
+    ->ArgName("values")
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Push, sgd, "sgd")->Apply(Sizes);
 BENCHMARK_CAPTURE(BM_Push, adagrad, "adagrad")->Apply(Sizes);

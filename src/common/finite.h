@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -13,16 +14,32 @@
 
 namespace hetps {
 
-// Index of the first non-finite value, or -1. Tests the exponent bits so the
-// loop vectorises; NaN and ±Inf are exactly the floats with all ones there.
+// Index of the first non-finite value, or -1. NaN and ±Inf are exactly the
+// floats whose exponent bits are all ones, and adding one to the lowest
+// exponent bit carries into bit 31 for them alone. The first pass ORs those
+// sums four floats at a time in GCC/clang vector types (the build's
+// baseline, SSE2, has them; -O2 left the plain loop scalar, 7% of a
+// 10k x 16 push's CPU on the two sides); a hit is then located one by one.
 inline int64_t FirstNonFinite(std::span<const float> values) {
+  using U32x4 = uint32_t __attribute__((vector_size(16)));
   constexpr uint32_t kExp = 0x7f800000u;
-  bool any = false;
-  for (float v : values) any |= (std::bit_cast<uint32_t>(v) & kExp) == kExp;
-  if (!any) return -1;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if ((std::bit_cast<uint32_t>(values[i]) & kExp) == kExp) {
-      return static_cast<int64_t>(i);
+  constexpr uint32_t kExpLsb = 0x00800000u;
+  const float* v = values.data();
+  const size_t n = values.size();
+  U32x4 carries4 = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    U32x4 bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    carries4 |= (bits & kExp) + kExpLsb;
+  }
+  uint32_t carries = carries4[0] | carries4[1] | carries4[2] | carries4[3];
+  for (; i < n; ++i)
+    carries |= (std::bit_cast<uint32_t>(v[i]) & kExp) + kExpLsb;
+  if ((carries & 0x80000000u) == 0) return -1;
+  for (size_t k = 0; k < n; ++k) {
+    if ((std::bit_cast<uint32_t>(v[k]) & kExp) == kExp) {
+      return static_cast<int64_t>(k);
     }
   }
   return -1;
