@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
@@ -21,15 +22,12 @@ namespace {
 // How long a server joining a running job waits for another server's map.
 constexpr auto kPeerMapDeadline = std::chrono::seconds(2);
 
-// The shard map a server joining the job (rank `rank`, not 0) keeps its
-// rows by: the newest of the coordinator's and those of the other servers
-// that answer in time. The servers adopt a move's maps before the
-// coordinator hears of them, so a server restarted in the middle of a move
-// learns of it from them.
-absl::StatusOr<ShardMap> JoiningShardMap(const JobConfig& config,
-                                         uint32_t rank) {
-  auto newest = FetchShardMap(config);
-  if (!newest.ok()) return newest.status();
+// The newest shard map among the servers other than `rank` that answer in
+// time; none when no other server answers (a whole job starting or
+// resuming: they serve only once they have a map).
+std::optional<ShardMap> NewestPeerShardMap(const JobConfig& config,
+                                           uint32_t rank) {
+  std::optional<ShardMap> newest;
   auto stubs = GrpcParameterServerStubs(config.server.max_message_bytes,
                                         config.credentials);
   for (size_t s = 0; s < config.cluster.ps_endpoints.size(); ++s) {
@@ -42,9 +40,51 @@ absl::StatusOr<ShardMap> JoiningShardMap(const JobConfig& config,
     rpc::TableInfoResponse info;
     if (!stub->GetTableInfo(&context, request, &info).ok()) continue;
     auto map = ShardMap::FromProto(info.shard_map());
-    if (map.ok() && map->version() > newest->version()) newest = *map;
+    if (map.ok() && (!newest || map->version() > newest->version())) {
+      newest = *map;
+    }
   }
   return newest;
+}
+
+// The shard map a server joining the job (rank `rank`, not 0) keeps its
+// rows by: the newest of the coordinator's and those of the other servers
+// that answer in time. The servers adopt a move's maps before the
+// coordinator hears of them, so a server restarted in the middle of a move
+// learns of it from them.
+absl::StatusOr<ShardMap> JoiningShardMap(const JobConfig& config,
+                                         uint32_t rank) {
+  auto newest = FetchShardMap(config);
+  if (!newest.ok()) return newest.status();
+  const std::optional<ShardMap> peers = NewestPeerShardMap(config, rank);
+  if (peers && peers->version() > newest->version()) return *peers;
+  return newest;
+}
+
+// The shard map server 0 (the coordinator) resumes with: where the
+// checkpoints left the buckets when the whole job resumes, but the running
+// job's map when it alone restarts while the others serve (moves made
+// after its checkpoint are in theirs, not in its checkpoints). A move the
+// previous process was carrying out when it stopped is not taken up (its
+// mover died with it): then, as before, the checkpoints' map.
+absl::StatusOr<ShardMap> CoordinatorShardMap(const JobConfig& config) {
+  if (std::optional<ShardMap> running = NewestPeerShardMap(config, 0)) {
+    if (running->pending().empty()) {
+      spdlog::info(
+          "server 0: the other servers are running; taking their shard map "
+          "(version {})",
+          running->version());
+      return *running;
+    }
+    spdlog::warn(
+        "server 0: the other servers are running, but their shard map "
+        "(version {}) is in the middle of a move this server was carrying "
+        "out; resuming from the checkpoints' map (a move interrupted by "
+        "server 0's restart is not taken up)",
+        running->version());
+  }
+  return ResumedShardMap(config.checkpoint.dir, config.num_servers(),
+                         config.server.num_buckets);
 }
 
 }  // namespace
@@ -79,9 +119,12 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
     node->checkpointer_ = std::make_unique<Checkpointer>(
         config, rank, node->ps_.get(), std::move(progress));
     // Server 0 (the coordinator) finds where the checkpoints left the
-    // buckets; the others take the map from it and the servers: the
-    // running job's, moves in progress included, when one restarts.
-    std::function<absl::StatusOr<ShardMap>()> job_map;
+    // buckets, or takes the running job's map when only it restarts; the
+    // others take the map from it and the servers: the running job's,
+    // moves in progress included, when one restarts.
+    std::function<absl::StatusOr<ShardMap>()> job_map = [&config] {
+      return CoordinatorShardMap(config);
+    };
     if (rank != 0) {
       job_map = [&config, rank] { return JoiningShardMap(config, rank); };
     }
@@ -179,10 +222,9 @@ absl::Status ServerNode::StartMetrics(const JobConfig& config,
   const int port = config.metrics.port == 0
                        ? 0
                        : config.metrics.port + static_cast<int>(rank);
-  auto endpoint = HttpEndpoint::Start(config.metrics.address, port,
-                                      config.credentials.token,
-                                      std::move(routes),
-                                      std::move(open_routes));
+  auto endpoint = HttpEndpoint::Start(
+      config.metrics.address, port, config.credentials.token, std::move(routes),
+      std::move(open_routes));
   if (!endpoint.ok()) return endpoint.status();
   metrics_ = std::move(*endpoint);
   // Others reach a wildcard address at the host of the gRPC endpoint.
