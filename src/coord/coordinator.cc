@@ -344,6 +344,7 @@ void Coordinator::Control() {
   const absl::Duration every = absl::Seconds(config_.semi_async.adapt_every_s);
   const absl::Duration replan_every = std::min(every, absl::Seconds(1));
   absl::Time last_period = clock_.Now();
+  FinishOpenMoves();
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     clock_.WaitUntil(changed_, mu_, clock_.Now() + replan_every);
@@ -363,18 +364,21 @@ void Coordinator::ControlPeriod() {
   const auto infos = PollServers(Servers());
   PlanPlacement(infos);
   WindowSignals total = SumSignals(infos);
-  FillLead(infos, [&] {
-    absl::MutexLock lock(&mu_);
-    return membership_.Live();
-  }(), total);
+  FillLead(
+      infos,
+      [&] {
+        absl::MutexLock lock(&mu_);
+        return membership_.Live();
+      }(),
+      total);
   WindowSignals period = SignalsSince(total, last_signals_);
   last_signals_ = total;
   std::optional<WindowChange> change;
   {
     absl::MutexLock lock(&mu_);
     period.period_s = config_.semi_async.adapt_every_s;
-    period.worker_s = period.period_s *
-                      static_cast<double>(membership_.Live().size());
+    period.worker_s =
+        period.period_s * static_cast<double>(membership_.Live().size());
     for (const auto& [w, st] : LatestStaleness(infos)) {
       if (w < staleness_.size()) staleness_[w] = st;
     }
@@ -489,15 +493,54 @@ void Coordinator::PlanPlacement(
   }
   if (!config_.sharding.migrate || plan.moves.empty()) return;
   if (mover_thread_.joinable()) mover_thread_.join();
+  Mover();
+  moving_ = true;
+  mover_thread_ = std::thread([this, moves = plan.moves] {
+    CarryOut(moves);
+    moving_ = false;
+  });
+}
+
+BucketMover& Coordinator::Mover() {
   if (mover_ == nullptr) {
     std::vector<std::string> endpoints;
     for (const KnownServer& s : Servers()) endpoints.push_back(s.endpoint);
     mover_ = std::make_unique<BucketMover>(std::move(endpoints), config_.mode,
                                            make_stub_);
   }
+  return *mover_;
+}
+
+void Coordinator::FinishOpenMoves() {
+  const ShardMap map = [&] {
+    absl::MutexLock lock(&mu_);
+    return shard_map_;
+  }();
+  if (map.pending().empty()) return;
+  spdlog::info(
+      "placement: shard map version {} holds {} buckets' handover open (the "
+      "previous server 0 stopped in the middle of a move); finishing it",
+      map.version(), map.pending().size());
+  // On the mover's thread, as a plan is: Stop cancels it there.
+  Mover();
   moving_ = true;
-  mover_thread_ = std::thread([this, moves = plan.moves] {
-    CarryOut(moves);
+  mover_thread_ = std::thread([this, map] {
+    auto report = mover_->FinishOpen(map);
+    if (!report.ok()) {
+      spdlog::warn("placement: finishing the open handover failed: {}",
+                   report.status().ToString());
+    } else {
+      const std::string line = absl::StrFormat(
+          "finished the open handover: %d buckets, %d rows (%.1f MB); map "
+          "version %d",
+          report->buckets, report->rows, report->bytes / 1e6,
+          report->map->version());
+      spdlog::info("placement: {}", line);
+      absl::MutexLock lock(&mu_);
+      shard_map_ = *report->map;
+      moved_buckets_ += static_cast<uint32_t>(report->buckets);
+      last_move_ = line;
+    }
     moving_ = false;
   });
 }

@@ -205,6 +205,12 @@ class Coordinator final : public rpc::Coordinator::Service {
   uint32_t moved_buckets_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_move_ ABSL_GUARDED_BY(mu_);
   void CarryOut(const std::vector<BucketMove>& moves) ABSL_LOCKS_EXCLUDED(mu_);
+  // `mover_`, made on first use (control thread only).
+  BucketMover& Mover();
+  // A shard map taken from the running servers at a restart may hold a
+  // handover the previous coordinator left open: finished first, on
+  // `mover_thread_` (no plan is made meanwhile: `moving_`).
+  void FinishOpenMoves() ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr uint64_t kMoveStepBytes = 512 << 10;
 
   absl::Mutex broadcast_mu_;  // serialises broadcasts: epochs arrive in order

@@ -64,24 +64,16 @@ absl::StatusOr<ShardMap> JoiningShardMap(const JobConfig& config,
 // The shard map server 0 (the coordinator) resumes with: where the
 // checkpoints left the buckets when the whole job resumes, but the running
 // job's map when it alone restarts while the others serve (moves made
-// after its checkpoint are in theirs, not in its checkpoints). A move the
-// previous process was carrying out when it stopped is not taken up (its
-// mover died with it): then, as before, the checkpoints' map.
+// after its checkpoint are in theirs, not in its checkpoints). A handover
+// the previous process left open in it is finished by the coordinator
+// (Coordinator::FinishOpenMoves) before it plans anything.
 absl::StatusOr<ShardMap> CoordinatorShardMap(const JobConfig& config) {
   if (std::optional<ShardMap> running = NewestPeerShardMap(config, 0)) {
-    if (running->pending().empty()) {
-      spdlog::info(
-          "server 0: the other servers are running; taking their shard map "
-          "(version {})",
-          running->version());
-      return *running;
-    }
-    spdlog::warn(
-        "server 0: the other servers are running, but their shard map "
-        "(version {}) is in the middle of a move this server was carrying "
-        "out; resuming from the checkpoints' map (a move interrupted by "
-        "server 0's restart is not taken up)",
-        running->version());
+    spdlog::info(
+        "server 0: the other servers are running; taking their shard map "
+        "(version {}, {} buckets' handover open)",
+        running->version(), running->pending().size());
+    return *running;
   }
   return ResumedShardMap(config.checkpoint.dir, config.num_servers(),
                          config.server.num_buckets);

@@ -116,10 +116,9 @@ grpc::Status BucketMover::Retried(
 
 absl::Status BucketMover::ServerError(uint32_t server, const char* call,
                                       const grpc::Status& status) const {
-  return absl::Status(
-      static_cast<absl::StatusCode>(status.error_code()),
-      absl::StrCat("bucket move: ", call, " on server ", server, ": ",
-                   status.error_message()));
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat("bucket move: ", call, " on server ", server,
+                                   ": ", status.error_message()));
 }
 
 absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> BucketMover::Prepare(
@@ -150,9 +149,9 @@ absl::Status BucketMover::AdoptEverywhere(const ShardMap& map) {
     });
     if (!status.ok()) return ServerError(s, "AdoptShardMap", status);
     if (response.version() < map.version()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "bucket move: server ", s, " kept shard map version ",
-          response.version(), " instead of ", map.version()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("bucket move: server ", s, " kept shard map version ",
+                       response.version(), " instead of ", map.version()));
     }
   }
   return absl::OkStatus();
@@ -246,6 +245,43 @@ absl::StatusOr<MoveReport> BucketMover::Move(
     return handover.status();
   }
   if (auto s = AdoptEverywhere(*handover); !s.ok()) return s;
+  std::vector<uint32_t> buckets;
+  for (const auto& [bucket, pending] : handover->pending()) {
+    if (!current->pending().contains(bucket)) buckets.push_back(bucket);
+  }
+  return Complete(*handover, buckets, cut, began, report);
+}
+
+absl::StatusOr<MoveReport> BucketMover::FinishOpen(const ShardMap& map) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return absl::CancelledError("bucket move: cancelled");
+  const absl::Time began = absl::Now();
+  // Every open handover at once, past the latest cut of each worker (cuts
+  // only grow, so a worker past it is past every earlier one).
+  std::vector<uint32_t> buckets;
+  ShardMap::Cut cut;
+  for (const auto& [bucket, pending] : map.pending()) {
+    buckets.push_back(bucket);
+    for (const auto& [worker, at] : pending.cut) {
+      auto [it, first] = cut.try_emplace(worker, at);
+      if (!first && (at.incarnation > it->second.incarnation ||
+                     (at.incarnation == it->second.incarnation &&
+                      at.clock > it->second.clock))) {
+        it->second = at;
+      }
+    }
+  }
+  MoveReport report;
+  if (buckets.empty()) {
+    report.map = std::make_shared<const ShardMap>(map);
+    return report;
+  }
+  return Complete(map, buckets, cut, began, report);
+}
+
+absl::StatusOr<MoveReport> BucketMover::Complete(
+    const ShardMap& handover, const std::vector<uint32_t>& buckets,
+    const ShardMap::Cut& cut, absl::Time began, MoveReport report) {
   const absl::Time handed = absl::Now();
 
   // 3. Every live worker past its cut.
@@ -275,13 +311,13 @@ absl::StatusOr<MoveReport> BucketMover::Move(
     if (cancelled_) {
       return absl::CancelledError(absl::StrCat(
           "bucket move: cancelled; the handover of shard map version ",
-          handover->version(), " stays open"));
+          handover.version(), " stays open"));
     }
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(absl::StrCat(
           "bucket move: worker ", behind.front(), " did not pass the cut (",
           behind.size(), " behind) in ", absl::FormatDuration(pass_timeout_),
-          "; the handover of shard map version ", handover->version(),
+          "; the handover of shard map version ", handover.version(),
           " stays open"));
     }
     absl::SleepFor(absl::Milliseconds(1));
@@ -290,11 +326,8 @@ absl::StatusOr<MoveReport> BucketMover::Move(
 
   // 4. The rows, from each old owner to each new one.
   std::map<uint32_t, std::vector<uint32_t>> by_source;
-  std::vector<uint32_t> buckets;
-  for (const auto& [bucket, pending] : handover->pending()) {
-    if (current->pending().contains(bucket)) continue;
-    by_source[pending.from].push_back(bucket);
-    buckets.push_back(bucket);
+  for (uint32_t bucket : buckets) {
+    by_source[handover.pending().at(bucket).from].push_back(bucket);
   }
   for (const auto& [source, list] : by_source) {
     rpc::HandOverRequest request;
@@ -306,7 +339,7 @@ absl::StatusOr<MoveReport> BucketMover::Move(
       return from.HandOver(context, request, &rows);
     });
     if (!status.ok()) return ServerError(source, "HandOver", status);
-    for (auto& [destination, part] : ByDestination(rows, *handover)) {
+    for (auto& [destination, part] : ByDestination(rows, handover)) {
       rpc::TakeOverRequest take;
       take.set_protocol_version(kProtocolVersion);
       for (const rpc::MovedTable& t : part.tables()) {
@@ -327,7 +360,7 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   report.held = absl::Now() - handed;
 
   // 5. Settled.
-  const ShardMap settled = handover->Settled(buckets);
+  const ShardMap settled = handover.Settled(buckets);
   if (auto s = AdoptEverywhere(settled); !s.ok()) return s;
   report.buckets = buckets.size();
   report.map = std::make_shared<const ShardMap>(settled);

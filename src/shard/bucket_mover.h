@@ -50,12 +50,12 @@
 namespace hetps {
 
 struct MoveReport {
-  size_t buckets = 0;        // buckets moved
-  uint64_t rows = 0;         // rows handed over, all tables
-  uint64_t bytes = 0;        // their weights, state and keys
+  size_t buckets = 0;                   // buckets moved
+  uint64_t rows = 0;                    // rows handed over, all tables
+  uint64_t bytes = 0;                   // their weights, state and keys
   std::shared_ptr<const ShardMap> map;  // the settled map
-  absl::Duration wait;       // from the handover until the workers passed it
-  absl::Duration transfer;   // then HandOver and TakeOver
+  absl::Duration wait;      // from the handover until the workers passed it
+  absl::Duration transfer;  // then HandOver and TakeOver
   // From the handover until the rows were installed: the longest a request
   // past the cut waited at a new owner (wait + transfer).
   absl::Duration held;
@@ -78,6 +78,12 @@ class BucketMover {
   absl::StatusOr<MoveReport> Move(
       const std::vector<std::pair<uint32_t, uint32_t>>& moves);
 
+  // Carries out steps 3-5 for every handover `map` (the servers' map)
+  // holds open: those of a Move whose mover stopped before the end — server
+  // 0, the coordinator, restarted in the middle of one. Each worker must be
+  // past the latest cut any of them names. Errors as Move's.
+  absl::StatusOr<MoveReport> FinishOpen(const ShardMap& map);
+
   // Ends a Move waiting for the workers (CANCELLED; the handover stays
   // open), and every later one: the job is shutting down.
   void Cancel() { cancelled_ = true; }
@@ -90,6 +96,13 @@ class BucketMover {
   absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> Prepare(bool hold)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptEverywhere(const ShardMap& map)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Steps 3-5 for `buckets`, handed over by `handover` at `cut`; `began`
+  // and `report` carry the move's start and what it counted so far.
+  absl::StatusOr<MoveReport> Complete(const ShardMap& handover,
+                                      const std::vector<uint32_t>& buckets,
+                                      const ShardMap::Cut& cut,
+                                      absl::Time began, MoveReport report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ServerError(uint32_t server, const char* call,
                            const grpc::Status& status) const;

@@ -107,17 +107,24 @@ std::optional<ShardMap> ServerShardMap(
   return *map;
 }
 
-// Server 0 holds the coordinator. Killed once a bucket move has settled
-// (rows moved off a quarter-speed server 1, so the map is past the first),
-// it is restarted from its checkpoint while server 1 and the workers go
-// on: it takes the running job's shard map from server 1 — its own
-// checkpoint may predate the move — restores its rows and the data
-// progress, and carries out the rebalancer's later moves. (Before, it
-// rebuilt a map of its own from the checkpoints, a version server 1 did
-// not hold, and every move after the restart failed: "the servers hold
-// different shard maps".) Killed in the middle of a move it does not take
-// the move up (docs/CHECKPOINTS.md); the test kills it between moves.
-TEST(PersistenceTest, LaunchRestartsServerZeroAfterAMoveOnTheRunningJobsMap) {
+// When the test kills server 0 (the coordinator) while buckets move off a
+// quarter-speed server 1.
+enum class KillServerZero {
+  kAfterAMove,         // once a move has settled (map version >= 3)
+  kInTheMiddleOfAMove  // as a move's rows reach it (its move record)
+};
+
+// Server 0 is killed while server 1 and the workers go on, and restarted
+// from its checkpoint: it takes the running job's shard map from server 1
+// (its own checkpoint may predate the moves), finishes a handover the
+// killed process left open (the rows are still at server 1, its cut in
+// the map), restores its rows and the data progress, and carries out the
+// rebalancer's later moves. Before, it rebuilt a map of its own from the
+// checkpoints, a version server 1 did not hold: after a settled move every
+// later move failed ("the servers hold different shard maps"); in the
+// middle of a move the workers were refused for good ("belongs to server
+// 1, not 0") or waited 30 s for rows that never came, and the job failed.
+void RestartServerZeroWhileBucketsMove(KillServerZero when) {
   TempDir dir;
   const std::string ckpt = dir.path() + "/ckpt";
   const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
@@ -132,20 +139,25 @@ TEST(PersistenceTest, LaunchRestartsServerZeroAfterAMoveOnTheRunningJobsMap) {
   });
   const pid_t server0 = AwaitPid({"server", "--config", config, "--rank", "0"});
   ASSERT_GT(server0, 0);
-  // A move settled (the first move's maps are versions 2 and 3), and a
-  // checkpoint of server 0 to restart from.
-  uint64_t version = 0;
-  const bool moved = testing::WaitFor(
+  const std::string moved_in = ServerCheckpointDir(ckpt, 0) + "/moved-in";
+  const bool ready = testing::WaitFor(
       [&] {
+        // A checkpoint of server 0 to restart from, then the moment.
+        if (!NewestCheckpoint(ServerCheckpointDir(ckpt, 0), nullptr).ok()) {
+          return false;
+        }
+        if (when == KillServerZero::kInTheMiddleOfAMove) {
+          std::error_code ec;
+          return fs::exists(moved_in, ec) && !fs::is_empty(moved_in, ec);
+        }
+        // The first move's maps are versions 2 (handover) and 3 (settled).
         const std::optional<ShardMap> map = ServerShardMap(endpoints, 1);
-        if (!map || map->version() < 3 || !map->pending().empty()) return false;
-        version = map->version();
-        return NewestCheckpoint(ServerCheckpointDir(ckpt, 0), nullptr).ok();
+        return map && map->version() >= 3 && map->pending().empty();
       },
       absl::Seconds(60));
   kill(server0, SIGKILL);
   launcher.join();
-  ASSERT_TRUE(moved) << run.result.output;
+  ASSERT_TRUE(ready) << run.result.output;
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   const std::string& out = run.result.output;
   EXPECT_THAT(out, HasSubstr("server 0 died"));
@@ -153,17 +165,30 @@ TEST(PersistenceTest, LaunchRestartsServerZeroAfterAMoveOnTheRunningJobsMap) {
   ASSERT_TRUE(std::regex_search(
       out, taken,
       std::regex("other servers are running; taking their shard map "
-                 "\\(version ([0-9]+)\\)")))
+                 "\\(version ([0-9]+)")))
       << out;
-  EXPECT_GE(std::stoull(taken[1]), version);
+  EXPECT_GE(std::stoull(taken[1]), 2u) << "a map of a move";
   EXPECT_THAT(out, HasSubstr("server 0: restored"));
   EXPECT_THAT(out, Not(HasSubstr("different shard maps")));
+  EXPECT_THAT(out, Not(HasSubstr("finishing the open handover failed")));
   // A move after the restart.
   const size_t restored = out.find("server 0: restored");
   EXPECT_NE(out.find("placement: moved", restored), std::string::npos) << out;
   EXPECT_EQ(run.summary["server_restarts"], 1);
   EXPECT_EQ(run.summary["finished_samples"], 60000);
   EXPECT_GT(run.summary["test_auc"].get<double>(), 0.7);
+}
+
+TEST(PersistenceTest, ServerZeroRestartedAfterAMoveTakesTheRunningJobsMap) {
+  RestartServerZeroWhileBucketsMove(KillServerZero::kAfterAMove);
+}
+
+// Killed as the rows of a move reach it — between TakeOver and the settled
+// map, a window of a few ms the test hit in 4 of 4 runs here (the log then
+// says "finished the open handover"; BucketMoverTest.
+// AHandoverLeftOpenIsFinishedByAnotherMover checks that part exactly).
+TEST(PersistenceTest, ServerZeroRestartedInTheMiddleOfAMoveFinishesIt) {
+  RestartServerZeroWhileBucketsMove(KillServerZero::kInTheMiddleOfAMove);
 }
 
 TEST(PersistenceTest, KilledServerWithoutCheckpointsStopsTheJobSayingWhy) {

@@ -66,30 +66,55 @@ LocalServer Serve(const JobConfig& config, uint32_t rank) {
   return local;
 }
 
+// Rows of one of server 0's buckets, trained so that their weights, state
+// and counts are their own, as they were before any move.
+struct TrainedBucket {
+  uint32_t bucket = 0;
+  std::vector<uint64_t> keys;
+  std::vector<std::vector<float>> rows;
+};
+
+TrainedBucket TrainBucket(PsServer& server) {
+  TrainedBucket trained;
+  const ShardMap first = server.shard_map();
+  uint64_t key = 0;
+  while (first.ServerOf(key) != 0) ++key;
+  trained.bucket = first.BucketOf(key);
+  for (uint64_t k = 0; trained.keys.size() < 5; ++k) {
+    if (first.BucketOf(k) == trained.bucket) trained.keys.push_back(k);
+  }
+  std::vector<float> grads(trained.keys.size() * 4);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.125f * (i % 7) - 0.25f;
+  server.sparse_table("emb")->Push(trained.keys, grads);
+  for (uint64_t k : trained.keys) {
+    std::vector<float> row(4);
+    EXPECT_TRUE(server.sparse_table("emb")->Lookup(k, row));
+    trained.rows.push_back(row);
+  }
+  return trained;
+}
+
+// The bucket's rows are at `to` as they were, and gone from `from`.
+void ExpectMovedOnce(const TrainedBucket& trained, PsServer& from,
+                     PsServer& to) {
+  EXPECT_EQ(to.shard_map().owner(trained.bucket), 1u);
+  EXPECT_EQ(from.sparse_table("emb")->size(), 0u);
+  EXPECT_EQ(to.sparse_table("emb")->size(), trained.keys.size());
+  for (size_t i = 0; i < trained.keys.size(); ++i) {
+    std::vector<float> row(4);
+    ASSERT_TRUE(to.sparse_table("emb")->Lookup(trained.keys[i], row));
+    EXPECT_EQ(row, trained.rows[i]) << "key " << trained.keys[i];
+  }
+}
+
 TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
   const JobConfig config = TwoServerJob();
   LocalServer from = Serve(config, 0);
   LocalServer to = Serve(config, 1);
   ASSERT_TRUE(from.server && to.server);
-  // Rows of one of server 0's buckets, trained so that their weights,
-  // state and counts are their own.
-  const ShardMap first = from.ps->shard_map();
-  uint64_t key = 0;
-  while (first.ServerOf(key) != 0) ++key;
-  const uint32_t bucket = first.BucketOf(key);
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 0; keys.size() < 5; ++k) {
-    if (first.BucketOf(k) == bucket) keys.push_back(k);
-  }
-  std::vector<float> grads(keys.size() * 4);
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.125f * (i % 7) - 0.25f;
-  from.ps->sparse_table("emb")->Push(keys, grads);
-  std::vector<std::vector<float>> before;
-  for (uint64_t k : keys) {
-    std::vector<float> row(4);
-    ASSERT_TRUE(from.ps->sparse_table("emb")->Lookup(k, row));
-    before.push_back(row);
-  }
+  const TrainedBucket trained = TrainBucket(*from.ps);
+  const uint32_t bucket = trained.bucket;
+  const std::vector<uint64_t>& keys = trained.keys;
 
   FaultPlan plan;
   plan.Refuse("PrepareMove", 1);
@@ -106,14 +131,52 @@ TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
   EXPECT_EQ(plan.calls("TakeOver"), 2);
   EXPECT_EQ(from.ps->map_version(), 3u);
   EXPECT_EQ(to.ps->map_version(), 3u);
-  EXPECT_EQ(to.ps->shard_map().owner(bucket), 1u);
-  EXPECT_EQ(from.ps->sparse_table("emb")->size(), 0u);
-  EXPECT_EQ(to.ps->sparse_table("emb")->size(), keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    std::vector<float> row(4);
-    ASSERT_TRUE(to.ps->sparse_table("emb")->Lookup(keys[i], row));
-    EXPECT_EQ(row, before[i]) << "key " << keys[i];
-  }
+  ExpectMovedOnce(trained, *from.ps, *to.ps);
+  from.server->Shutdown();
+  to.server->Shutdown();
+}
+
+// The coordinator (and its mover) can die in the middle of a move; server
+// 0 restarted takes the running servers' map, the handover open in it,
+// and a new mover finishes it from that map: here the first mover's
+// TakeOver never gets through, after the old owner handed the rows over.
+TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
+  const JobConfig config = TwoServerJob();
+  LocalServer from = Serve(config, 0);
+  LocalServer to = Serve(config, 1);
+  ASSERT_TRUE(from.server && to.server);
+  const TrainedBucket trained = TrainBucket(*from.ps);
+  const uint64_t first_version = from.ps->map_version();
+
+  FaultPlan plan;
+  plan.Refuse("TakeOver", 1000000);
+  BucketMover dying({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+                    FaultyStubs(plan), absl::Milliseconds(300));
+  auto failed = dying.Move({{trained.bucket, 1}});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("TakeOver on server 1"),
+            std::string::npos)
+      << failed.status();
+  EXPECT_GE(plan.calls("HandOver"), 1);
+  const ShardMap open = to.ps->shard_map();
+  ASSERT_EQ(open.version(), first_version + 1);
+  ASSERT_TRUE(open.pending().contains(trained.bucket));
+  EXPECT_EQ(to.ps->sparse_table("emb")->size(), 0u);
+
+  BucketMover next({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+                   GrpcParameterServerStubs(64 << 20, Credentials()));
+  auto finished = next.FinishOpen(open);
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  EXPECT_EQ(finished->buckets, 1u);
+  EXPECT_EQ(finished->rows, trained.keys.size());
+  EXPECT_TRUE(finished->map->pending().empty());
+  EXPECT_EQ(from.ps->map_version(), first_version + 2);
+  EXPECT_EQ(to.ps->map_version(), first_version + 2);
+  ExpectMovedOnce(trained, *from.ps, *to.ps);
+  // Nothing left open: finishing again moves nothing.
+  auto again = next.FinishOpen(*finished->map);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->buckets, 0u);
   from.server->Shutdown();
   to.server->Shutdown();
 }
@@ -192,9 +255,9 @@ TEST(BucketMoverTest, SemiAsyncMovesWaitForEveryWorkerAndCutAllAtOneClock) {
   auto refused = mover.Move({{moving, 1}});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(refused.status().message().find(
-                "live worker 1 has sent no request yet"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.status().message().find("live worker 1 has sent no request yet"),
+      std::string::npos)
       << refused.status();
   EXPECT_EQ(home.ps->map_version(), first.version());
 
