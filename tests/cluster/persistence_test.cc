@@ -90,18 +90,16 @@ TEST(PersistenceTest, LaunchRestartsAKilledServerFromItsCheckpoint) {
   EXPECT_GT(run.summary["test_auc"].get<double>(), 0.7);
 }
 
-// The shard map server `rank` of `endpoints` holds (none when it does not
-// answer).
+// The shard map `server` holds (none when it does not answer).
 std::optional<ShardMap> ServerShardMap(
-    const std::vector<std::string>& endpoints, uint32_t rank) {
-  auto stub = GrpcParameterServerStubs(64 << 20, {})(endpoints[rank]);
+    rpc::ParameterServer::StubInterface& server) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(2));
   rpc::TableInfoRequest request;
   request.set_protocol_version(kProtocolVersion);
   rpc::TableInfoResponse info;
-  if (!stub->GetTableInfo(&context, request, &info).ok()) return std::nullopt;
+  if (!server.GetTableInfo(&context, request, &info).ok()) return std::nullopt;
   auto map = ShardMap::FromProto(info.shard_map());
   if (!map.ok()) return std::nullopt;
   return *map;
@@ -140,6 +138,7 @@ void RestartServerZeroWhileBucketsMove(KillServerZero when) {
   const pid_t server0 = AwaitPid({"server", "--config", config, "--rank", "0"});
   ASSERT_GT(server0, 0);
   const std::string moved_in = ServerCheckpointDir(ckpt, 0) + "/moved-in";
+  const auto server1 = GrpcParameterServerStubs(64 << 20, {})(endpoints[1]);
   const bool ready = testing::WaitFor(
       [&] {
         // A checkpoint of server 0 to restart from, then the moment.
@@ -151,7 +150,7 @@ void RestartServerZeroWhileBucketsMove(KillServerZero when) {
           return fs::exists(moved_in, ec) && !fs::is_empty(moved_in, ec);
         }
         // The first move's maps are versions 2 (handover) and 3 (settled).
-        const std::optional<ShardMap> map = ServerShardMap(endpoints, 1);
+        const std::optional<ShardMap> map = ServerShardMap(*server1);
         return map && map->version() >= 3 && map->pending().empty();
       },
       absl::Seconds(60));
