@@ -114,12 +114,10 @@ absl::StatusOr<std::unique_ptr<ServerNode>> ServerNode::Start(
     // buckets, or takes the running job's map when only it restarts; the
     // others take the map from it and the servers: the running job's,
     // moves in progress included, when one restarts.
-    std::function<absl::StatusOr<ShardMap>()> job_map = [&config] {
-      return CoordinatorShardMap(config);
+    const std::function<absl::StatusOr<ShardMap>()> job_map = [&config, rank] {
+      return rank == 0 ? CoordinatorShardMap(config)
+                       : JoiningShardMap(config, rank);
     };
-    if (rank != 0) {
-      job_map = [&config, rank] { return JoiningShardMap(config, rank); };
-    }
     if (absl::Status s = node->checkpointer_->Restore(job_map); !s.ok()) {
       return absl::Status(
           s.code(),

@@ -25,6 +25,17 @@ bool Passed(const rpc::WorkerCut& seen, const ShardMap::WorkerCut& cut) {
   return seen.clock() >= cut.clock;
 }
 
+// `at` for `worker` in `cut`, unless the cut names a later point for it
+// (a newer incarnation, or a later clock of the same one).
+void KeepLater(ShardMap::Cut& cut, uint32_t worker, ShardMap::WorkerCut at) {
+  auto [it, first] = cut.try_emplace(worker, at);
+  if (!first && (at.incarnation > it->second.incarnation ||
+                 (at.incarnation == it->second.incarnation &&
+                  at.clock > it->second.clock))) {
+    it->second = at;
+  }
+}
+
 // Splits rows handed over by one server by the server each bucket goes to.
 std::map<uint32_t, rpc::MovedRows> ByDestination(const rpc::MovedRows& rows,
                                                  const ShardMap& map) {
@@ -218,14 +229,8 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   ShardMap::Cut cut;
   for (const rpc::PrepareMoveResponse& r : *prepared) {
     for (const rpc::WorkerCut& seen : r.seen()) {
-      ShardMap::WorkerCut at{.incarnation = seen.incarnation(),
-                             .clock = seen.clock() + 1};
-      auto [it, first] = cut.try_emplace(seen.worker(), at);
-      if (!first && (at.incarnation > it->second.incarnation ||
-                     (at.incarnation == it->second.incarnation &&
-                      at.clock > it->second.clock))) {
-        it->second = at;
-      }
+      KeepLater(cut, seen.worker(),
+                {.incarnation = seen.incarnation(), .clock = seen.clock() + 1});
     }
   }
   if (BoundsClocks(mode_)) {
@@ -262,14 +267,7 @@ absl::StatusOr<MoveReport> BucketMover::FinishOpen(const ShardMap& map) {
   ShardMap::Cut cut;
   for (const auto& [bucket, pending] : map.pending()) {
     buckets.push_back(bucket);
-    for (const auto& [worker, at] : pending.cut) {
-      auto [it, first] = cut.try_emplace(worker, at);
-      if (!first && (at.incarnation > it->second.incarnation ||
-                     (at.incarnation == it->second.incarnation &&
-                      at.clock > it->second.clock))) {
-        it->second = at;
-      }
-    }
+    for (const auto& [worker, at] : pending.cut) KeepLater(cut, worker, at);
   }
   MoveReport report;
   if (buckets.empty()) {
