@@ -135,7 +135,8 @@ TEST_F(PsClientTest, NonFiniteGradientsAreRefusedBeforeAnythingIsSent) {
   const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
   const absl::Status s = (*client)->Push(grads, 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("non-finite gradient value nan at index 1"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("non-finite gradient value nan at index 1"));
   EXPECT_EQ(plan_.calls("Push"), 0);
   EXPECT_EQ((*client)->clock(), 0u);
 }
@@ -177,6 +178,24 @@ class PsClientPullAheadTest : public ::testing::Test {
                                     FaultyStubs(plan_));
   }
 
+  // Pulls `kKey`'s row into `row_` for the push after the next, on a
+  // thread of its own (it waits at the server), its outcome into `*ahead`.
+  std::thread PullAhead(PsClient& c, absl::Status* ahead) {
+    return std::thread([this, &c, ahead] {
+      *ahead = c.PullSparse("emb", {&kKey, 1}, row_, KeySet::kUnique,
+                            RowSource::kServers, nullptr, /*for_push=*/1);
+    });
+  }
+
+  // Push 0: the gradient {1, 2} of `kKey`'s row.
+  absl::Status PushOne(PsClient& c) {
+    const std::vector<float> grad = {1.0f, 2.0f};
+    const TableGrad grads[] = {{"emb", {&kKey, 1}, grad}};
+    return c.Push(grads, 1);
+  }
+
+  static constexpr uint64_t kKey = 4;
+  std::vector<float> row_ = std::vector<float>(2, 9.0f);
   std::unique_ptr<ServerNode> node_;
   PsClientOptions options_;
   FaultPlan plan_;
@@ -190,32 +209,25 @@ TEST_F(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
   auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();
   PsClient& c = **client;
-  const uint64_t key = 4;
-  std::vector<float> row(2, 9.0f);
   absl::Status ahead;
-  std::thread pull([&] {
-    ahead = c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
-                         RowSource::kServers, nullptr, /*for_push=*/1);
-  });
+  std::thread pull = PullAhead(c, &ahead);
   // The pull waits at the server for round 0, which this push closes.
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return node_->ps().aggregator_stats().pulls() >= 1;
-  }));
-  const std::vector<float> grad = {1.0f, 2.0f};
-  const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
-  ASSERT_TRUE(c.Push(grads, 1).ok());
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return node_->ps().aggregator_stats().pulls() >= 1; }));
+  ASSERT_TRUE(PushOne(c).ok());
   pull.join();
   ASSERT_TRUE(ahead.ok()) << ahead;
-  EXPECT_EQ(row, (std::vector<float>{-1.0f, -2.0f}));  // sgd, lr 1
+  EXPECT_EQ(row_, (std::vector<float>{-1.0f, -2.0f}));  // sgd, lr 1
 
   // The clock is 1 now: rows for push 1 are an ordinary pull; for push 0
   // (made) or 3 (two ahead) they are refused.
-  EXPECT_TRUE(c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
+  EXPECT_TRUE(c.PullSparse("emb", {&kKey, 1}, row_, KeySet::kUnique,
                            RowSource::kServers, nullptr, 1)
                   .ok());
   for (uint64_t for_push : {0u, 3u}) {
-    const absl::Status s = c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
-                                        RowSource::kServers, nullptr, for_push);
+    const absl::Status s =
+        c.PullSparse("emb", {&kKey, 1}, row_, KeySet::kUnique,
+                     RowSource::kServers, nullptr, for_push);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << for_push;
     EXPECT_THAT(s.message(), HasSubstr("at most one step ahead"));
   }
@@ -233,23 +245,15 @@ TEST_F(PsClientPullAheadTest,
   auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();
   PsClient& c = **client;
-  const uint64_t key = 4;
-  std::vector<float> row(2, 9.0f);
   absl::Status ahead;
-  std::thread pull([&] {
-    ahead = c.PullSparse("emb", {&key, 1}, row, KeySet::kUnique,
-                         RowSource::kServers, nullptr, /*for_push=*/1);
-  });
+  std::thread pull = PullAhead(c, &ahead);
   // Its first try is held in the stub while the push goes through.
-  ASSERT_TRUE(
-      testing::WaitFor([&] { return plan_.calls("PullSparse") >= 1; }));
-  const std::vector<float> grad = {1.0f, 2.0f};
-  const TableGrad grads[] = {{"emb", {&key, 1}, grad}};
-  ASSERT_TRUE(c.Push(grads, 1).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return plan_.calls("PullSparse") >= 1; }));
+  ASSERT_TRUE(PushOne(c).ok());
   pushed.Notify();
   pull.join();
   ASSERT_TRUE(ahead.ok()) << ahead;
-  EXPECT_EQ(row, (std::vector<float>{-1.0f, -2.0f}));
+  EXPECT_EQ(row_, (std::vector<float>{-1.0f, -2.0f}));
   const std::vector<rpc::PullSparseRequest> sent = plan_.pull_requests();
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].clock(), 0u);

@@ -66,6 +66,23 @@ LocalServer Serve(const JobConfig& config, uint32_t rank) {
   return local;
 }
 
+// Servers 0 (`from`) and 1 (`to`) of `config`, shut down at the end.
+struct TwoServers {
+  explicit TwoServers(const JobConfig& config)
+      : from(Serve(config, 0)), to(Serve(config, 1)) {}
+  ~TwoServers() {
+    for (LocalServer* s : {&from, &to}) {
+      if (s->server) s->server->Shutdown();
+    }
+  }
+  bool ok() const { return from.server && to.server; }
+  std::vector<std::string> endpoints() const {
+    return {from.endpoint, to.endpoint};
+  }
+  LocalServer from;
+  LocalServer to;
+};
+
 // Rows of one of server 0's buckets, trained so that their weights, state
 // and counts are their own, as they were before any move.
 struct TrainedBucket {
@@ -108,10 +125,10 @@ void ExpectMovedOnce(const TrainedBucket& trained, PsServer& from,
 }
 
 TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
-  const JobConfig config = TwoServerJob();
-  LocalServer from = Serve(config, 0);
-  LocalServer to = Serve(config, 1);
-  ASSERT_TRUE(from.server && to.server);
+  TwoServers servers(TwoServerJob());
+  ASSERT_TRUE(servers.ok());
+  LocalServer& from = servers.from;
+  LocalServer& to = servers.to;
   const TrainedBucket trained = TrainBucket(*from.ps);
   const uint32_t bucket = trained.bucket;
   const std::vector<uint64_t>& keys = trained.keys;
@@ -121,7 +138,7 @@ TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
   plan.Refuse("AdoptShardMap", 2);
   plan.LoseReply("HandOver", 1);
   plan.LoseReply("TakeOver", 1);
-  BucketMover mover({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+  BucketMover mover(servers.endpoints(), ConsistencyMode::kAsync,
                     FaultyStubs(plan));
   auto moved = mover.Move({{bucket, 1}});
   ASSERT_TRUE(moved.ok()) << moved.status();
@@ -132,8 +149,6 @@ TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
   EXPECT_EQ(from.ps->map_version(), 3u);
   EXPECT_EQ(to.ps->map_version(), 3u);
   ExpectMovedOnce(trained, *from.ps, *to.ps);
-  from.server->Shutdown();
-  to.server->Shutdown();
 }
 
 // The coordinator (and its mover) can die in the middle of a move; server
@@ -141,16 +156,16 @@ TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
 // and a new mover finishes it from that map: here the first mover's
 // TakeOver never gets through, after the old owner handed the rows over.
 TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
-  const JobConfig config = TwoServerJob();
-  LocalServer from = Serve(config, 0);
-  LocalServer to = Serve(config, 1);
-  ASSERT_TRUE(from.server && to.server);
+  TwoServers servers(TwoServerJob());
+  ASSERT_TRUE(servers.ok());
+  LocalServer& from = servers.from;
+  LocalServer& to = servers.to;
   const TrainedBucket trained = TrainBucket(*from.ps);
   const uint64_t first_version = from.ps->map_version();
 
   FaultPlan plan;
   plan.Refuse("TakeOver", 1000000);
-  BucketMover dying({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+  BucketMover dying(servers.endpoints(), ConsistencyMode::kAsync,
                     FaultyStubs(plan), absl::Milliseconds(300));
   auto failed = dying.Move({{trained.bucket, 1}});
   ASSERT_FALSE(failed.ok());
@@ -163,7 +178,7 @@ TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
   ASSERT_TRUE(open.pending().contains(trained.bucket));
   EXPECT_EQ(to.ps->sparse_table("emb")->size(), 0u);
 
-  BucketMover next({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+  BucketMover next(servers.endpoints(), ConsistencyMode::kAsync,
                    GrpcParameterServerStubs(64 << 20, Credentials()));
   auto finished = next.FinishOpen(open);
   ASSERT_TRUE(finished.ok()) << finished.status();
@@ -177,18 +192,16 @@ TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
   auto again = next.FinishOpen(*finished->map);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->buckets, 0u);
-  from.server->Shutdown();
-  to.server->Shutdown();
 }
 
 TEST(BucketMoverTest, ACallThatKeepsFailingEndsTheMoveNamingTheServer) {
-  const JobConfig config = TwoServerJob();
-  LocalServer from = Serve(config, 0);
-  LocalServer to = Serve(config, 1);
-  ASSERT_TRUE(from.server && to.server);
+  TwoServers servers(TwoServerJob());
+  ASSERT_TRUE(servers.ok());
+  LocalServer& from = servers.from;
+  LocalServer& to = servers.to;
   FaultPlan plan;
   plan.Refuse("PrepareMove", 1000);
-  BucketMover mover({from.endpoint, to.endpoint}, ConsistencyMode::kAsync,
+  BucketMover mover(servers.endpoints(), ConsistencyMode::kAsync,
                     FaultyStubs(plan), absl::Milliseconds(300));
   auto moved = mover.Move({{0, 1}});
   ASSERT_FALSE(moved.ok());
@@ -197,8 +210,6 @@ TEST(BucketMoverTest, ACallThatKeepsFailingEndsTheMoveNamingTheServer) {
             std::string::npos)
       << moved.status();
   EXPECT_GT(plan.calls("PrepareMove"), 2);
-  from.server->Shutdown();
-  to.server->Shutdown();
 }
 
 // A push of worker `worker` at `clock` of one row of `key`, split by map
@@ -235,9 +246,10 @@ TEST(BucketMoverTest, SemiAsyncMovesWaitForEveryWorkerAndCutAllAtOneClock) {
   JobConfig config = TwoServerJob();
   config.mode = ConsistencyMode::kSemiAsync;
   config.cluster.workers = 2;
-  LocalServer home = Serve(config, 0);
-  LocalServer other = Serve(config, 1);
-  ASSERT_TRUE(home.server && other.server);
+  TwoServers servers(config);
+  ASSERT_TRUE(servers.ok());
+  LocalServer& home = servers.from;
+  LocalServer& other = servers.to;
   const ShardMap first = home.ps->shard_map();
   // A key that stays on server 0, and a bucket of server 0 that moves.
   uint64_t key = 0;
@@ -248,8 +260,7 @@ TEST(BucketMoverTest, SemiAsyncMovesWaitForEveryWorkerAndCutAllAtOneClock) {
   for (uint64_t clock = 0; clock < 4; ++clock) {
     ASSERT_TRUE(Push(*home.ps, OneRowPush(0, clock, key, 1)).ok());
   }
-  BucketMover mover({home.endpoint, other.endpoint},
-                    ConsistencyMode::kSemiAsync,
+  BucketMover mover(servers.endpoints(), ConsistencyMode::kSemiAsync,
                     GrpcParameterServerStubs(64 << 20, Credentials()),
                     absl::Seconds(30), /*pass_timeout=*/absl::Seconds(10));
   auto refused = mover.Move({{moving, 1}});
@@ -284,8 +295,6 @@ TEST(BucketMoverTest, SemiAsyncMovesWaitForEveryWorkerAndCutAllAtOneClock) {
         << "clock " << clock;
   }
   EXPECT_FALSE(moved->map->SplitHolds(first.version(), {1, 0, 4}));
-  home.server->Shutdown();
-  other.server->Shutdown();
 }
 
 }  // namespace
