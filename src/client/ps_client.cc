@@ -68,11 +68,16 @@ class Latch {
   size_t count_ ABSL_GUARDED_BY(mu_);
 };
 
-// Keys of one request split by owning server: positions[s] lists indexes
-// into the key list, in order.
+// Which server a key goes to: its owner at the request's clock (what a
+// push must do), or, for a read, first the server that still holds the rows
+// of a bucket being handed over (ShardMap::ReaderOf).
+enum class Route { kOwner, kReader };
+
+// Keys of one request split by server: positions[s] lists indexes into the
+// key list, in order.
 std::vector<std::vector<uint32_t>> PartitionByServer(
     const ShardMap& map, std::span<const uint64_t> keys,
-    const ShardMap::RequestClock& at) {
+    const ShardMap::RequestClock& at, Route route = Route::kOwner) {
   std::vector<std::vector<uint32_t>> positions(map.num_servers());
   if (map.num_servers() == 1) {
     positions[0].resize(keys.size());
@@ -82,7 +87,8 @@ std::vector<std::vector<uint32_t>> PartitionByServer(
   std::vector<uint32_t> owner(keys.size());
   std::vector<size_t> count(map.num_servers(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    owner[i] = map.ServerAt(keys[i], at);
+    owner[i] = route == Route::kReader ? map.ReaderOf(keys[i])
+                                       : map.ServerAt(keys[i], at);
     ++count[owner[i]];
   }
   for (uint32_t s = 0; s < map.num_servers(); ++s) {
@@ -545,11 +551,13 @@ absl::Status PsClient::PullSparse(const std::string& table,
 
   std::shared_ptr<const ShardMap> map = impl_->Map();
   const uint32_t n = map->num_servers();
-  auto positions = PartitionByServer(*map, unique, at);
+  auto positions = PartitionByServer(*map, unique, at, Route::kReader);
   std::vector<rpc::PullSparseResponse> responses(n);
   // Asks `targets` for the rows at `positions` (perhaps none: the pull is
   // still the step's gate and reports the server's applies). A refusal as
-  // "moved" re-splits them by the newer map (both updated) and asks again.
+  // "moved" re-splits them by the newer map (both updated), now by owner
+  // (the rows of a bucket being handed over have left its old owner), and
+  // asks again.
   // Servers holding a slice of the dense table asked for along (in
   // `targets` from the start, with or without keys).
   std::vector<bool> dense_slice(n, false);

@@ -117,7 +117,8 @@ uint64_t PsServer::map_version() const {
 absl::Status PsServer::CheckKeys(const std::string& table,
                                  std::span<const uint64_t> keys,
                                  const ShardMap::RequestClock& at,
-                                 uint64_t split_version) const {
+                                 uint64_t split_version,
+                                 ReadCheck* read) const {
   if (keys.size() > config_.server.max_keys_per_request) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "table '", table, "': request has ", keys.size(),
@@ -133,7 +134,7 @@ absl::Status PsServer::CheckKeys(const std::string& table,
   }
   // 0: a request that does not say, split by the first map.
   split_version = std::max<uint64_t>(split_version, 1);
-  if (!map->SplitHolds(split_version, at)) {
+  if (read == nullptr && !map->SplitHolds(split_version, at)) {
     return absl::AbortedError(absl::StrCat(
         kMovedPrefix, "table '", table, "': keys split by shard map version ",
         split_version, ", but version ", map->version(),
@@ -143,6 +144,19 @@ absl::Status PsServer::CheckKeys(const std::string& table,
   if (map->num_servers() == 1) return absl::OkStatus();
   for (uint64_t key : keys) {
     const uint32_t owner = map->ServerAt(key, at);
+    if (owner != rank_ && read != nullptr) {
+      const uint32_t bucket = map->BucketOf(key);
+      const auto pending = map->pending().find(bucket);
+      if (pending != map->pending().end() && pending->second.from == rank_) {
+        if (auto s = CheckLeavingRead(table, key, *map, pending->second,
+                                      handed.get(), at, read->clock);
+            !s.ok()) {
+          return s;
+        }
+        read->leaving.push_back(bucket);
+        continue;
+      }
+    }
     if (owner != rank_ && split_version < map->version()) {
       // Split by an older map for a bucket whose handover has since
       // settled: the client's map is out of date.
@@ -168,6 +182,11 @@ absl::Status PsServer::CheckKeys(const std::string& table,
                        owner, ", not ", rank_, " (shard map version ",
                        map->version(), "); refresh the shard map"));
     }
+  }
+  if (read != nullptr) {
+    std::sort(read->leaving.begin(), read->leaving.end());
+    read->leaving.erase(std::unique(read->leaving.begin(), read->leaving.end()),
+                        read->leaving.end());
   }
   return absl::OkStatus();
 }
@@ -205,8 +224,8 @@ absl::StatusOr<uint64_t> PsServer::JobClock(uint32_t worker,
 }
 
 void PsServer::AdmitThenRead(grpc::ServerContextBase* context,
-                             uint32_t worker_id, uint64_t clock,
-                             uint32_t ahead, Read read,
+                             uint32_t worker_id, uint64_t clock, uint32_t ahead,
+                             Read read,
                              std::function<void(absl::Status)> done) {
   // Shared: AdmitPull drops its callback when it decides at once.
   auto then =
@@ -262,9 +281,9 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
                      request.keys().size(), " bytes, not a multiple of 8")));
   }
   if (request.ahead() > 1) {
-    return finish(absl::InvalidArgumentError(absl::StrCat(
-        "pull: ahead ", request.ahead(),
-        ": a pull reads at most one step ahead (0 or 1)")));
+    return finish(absl::InvalidArgumentError(
+        absl::StrCat("pull: ahead ", request.ahead(),
+                     ": a pull reads at most one step ahead (0 or 1)")));
   }
   // A dense slice asked for along (PullSparseRequest.dense_table).
   DenseTable* dense = nullptr;
@@ -286,7 +305,10 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   std::span<const uint64_t> keys = ViewAs<uint64_t>(request.keys(), *scratch);
   const ShardMap::RequestClock at = AtOf(request);
   if (auto s = AwaitMoves(context, at, {}); !s.ok()) return finish(s);
-  if (auto s = CheckKeys(request.table(), keys, at, request.map_version());
+  auto check = std::make_shared<ReadCheck>();
+  check->clock = at.clock + request.ahead();
+  if (auto s = CheckKeys(request.table(), keys, at, request.map_version(),
+                         check.get());
       !s.ok()) {
     return finish(s);
   }
@@ -294,28 +316,30 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return finish(clock.status());
-  Read read = [this, &request, response, table, dense, keys, scratch,
+  Read read = [this, &request, response, table, dense, keys, scratch, check,
                clock = *clock] {
-    response->set_map_version(map_version());
-    auto out =
-        ResizeAs<float>(response->mutable_values(), keys.size() * table->dim());
-    if (config_.client.hot_rows.enabled) {
-      // The rows' version, taken before they are read: an apply during the
-      // read can only make them newer than it says.
-      const uint64_t applies = aggregator_->applied_rounds();
-      response->set_applied_rounds(applies);
-      response->set_max_read_lag(ReadLagBound());
-      RecordRead(request.worker_id(), clock, applies);
-    }
-    const absl::Time began = clock_.Now();
-    aggregator_->PullSparse(request.worker_id(), table, keys, out);
-    access_.Record(Access::kPull, table->config().name, keys,
-                   table->dim() * sizeof(float),
-                   pace_.Pace(clock_.Now() - began));
-    if (dense != nullptr) {
-      ReadDense(request.worker_id(), dense, response->mutable_dense());
-    }
-    return absl::OkStatus();
+    return ReadWhileHere(check->leaving, [&] {
+      response->set_map_version(map_version());
+      auto out = ResizeAs<float>(response->mutable_values(),
+                                 keys.size() * table->dim());
+      if (config_.client.hot_rows.enabled) {
+        // The rows' version, taken before they are read: an apply during the
+        // read can only make them newer than it says.
+        const uint64_t applies = aggregator_->applied_rounds();
+        response->set_applied_rounds(applies);
+        response->set_max_read_lag(ReadLagBound());
+        RecordRead(request.worker_id(), clock, applies);
+      }
+      const absl::Time began = clock_.Now();
+      aggregator_->PullSparse(request.worker_id(), table, keys, out);
+      access_.Record(Access::kPull, table->config().name, keys,
+                     table->dim() * sizeof(float),
+                     pace_.Pace(clock_.Now() - began));
+      if (dense != nullptr) {
+        ReadDense(request.worker_id(), dense, response->mutable_dense());
+      }
+      return absl::OkStatus();
+    });
   };
   AdmitThenRead(context, request.worker_id(), *clock, request.ahead(),
                 std::move(read), std::move(finish));

@@ -194,14 +194,41 @@ class PsServer final {
                  rpc::PullDenseResponse* response);
   absl::Status DoPush(grpc::ServerContextBase* context,
                       const rpc::PushRequest& request);
+  // What CheckKeys needs to know of a pull, and tells of it.
+  struct ReadCheck {
+    // The clock its rows must be current to: the pull's, plus `ahead`.
+    uint64_t clock = 0;
+    // Out: the buckets it reads past their cut that are on their way from
+    // here (ShardMap::ReaderOf): ReadWhileHere reads them.
+    std::vector<uint32_t> leaving;
+  };
   // Keys of a request at `at` split by map `split_version`: within the size
   // limit (RESOURCE_EXHAUSTED), split by a map that still holds at `at`
   // (ABORTED, kMovedPrefix), each this server's at `at`
-  // (FAILED_PRECONDITION).
+  // (FAILED_PRECONDITION). A pull (`read` set) is checked key by key, not
+  // by its split: a key of a bucket leaving here is read here past the cut
+  // while its rows are here and, in sync, while every push the read must
+  // see came before the cut; otherwise ABORTED (kMovedPrefix), and the
+  // client asks the new owner.
   absl::Status CheckKeys(const std::string& table,
                          std::span<const uint64_t> keys,
                          const ShardMap::RequestClock& at,
-                         uint64_t split_version) const;
+                         uint64_t split_version,
+                         ReadCheck* read = nullptr) const;
+  // A read at `at` (current to `read_clock`) of `key`, whose bucket is
+  // `pending` from here in `map`, past its cut: OK to serve here, or
+  // ABORTED (kMovedPrefix) naming the new owner.
+  absl::Status CheckLeavingRead(const std::string& table, uint64_t key,
+                                const ShardMap& map,
+                                const ShardMap::Pending& pending,
+                                const absl::flat_hash_set<uint32_t>* handed,
+                                const ShardMap::RequestClock& at,
+                                uint64_t read_clock) const;
+  // Runs `read` unless one of `leaving` (ReadCheck::leaving) was handed
+  // over since it was checked (ABORTED, kMovedPrefix): a HandOver waits
+  // for the reads running here.
+  absl::Status ReadWhileHere(const std::vector<uint32_t>& leaving,
+                             const std::function<absl::Status()>& read);
   template <typename Request>
   static ShardMap::RequestClock AtOf(const Request& request) {
     return {.worker = request.worker_id(),
@@ -246,6 +273,10 @@ class PsServer final {
   const uint32_t map_num_buckets_;  // fixed for the job
   mutable absl::Mutex map_mu_;
   std::shared_ptr<const ShardMap> map_ ABSL_GUARDED_BY(map_mu_);
+  // Held shared by a read of buckets leaving here (ReadWhileHere), and by
+  // HandOver while it marks them handed: no read of a bucket runs once
+  // its rows begin to leave.
+  absl::Mutex handover_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);
   // Buckets this server handed over whose move has not settled (null:
   // none): their rows are gone from here.
   std::shared_ptr<const absl::flat_hash_set<uint32_t>> handed_

@@ -93,6 +93,58 @@ bool PsServer::MustWait(const ShardMap::RequestClock& at,
   return false;
 }
 
+absl::Status PsServer::CheckLeavingRead(
+    const std::string& table, uint64_t key, const ShardMap& map,
+    const ShardMap::Pending& pending,
+    const absl::flat_hash_set<uint32_t>* handed,
+    const ShardMap::RequestClock& at, uint64_t read_clock) const {
+  const uint32_t bucket = map.BucketOf(key);
+  const uint32_t to = map.owner(bucket);
+  if (handed != nullptr && handed->contains(bucket)) {
+    return absl::AbortedError(
+        absl::StrCat(kMovedPrefix, "table '", table, "': key ", key,
+                     " was handed over to server ", to, "; read it there"));
+  }
+  if (config_.mode != ConsistencyMode::kSync || at.worker >= seen_.size()) {
+    // Async and semi_async read what was applied, and a pull past the cut
+    // whose own push went to the new owner comes only once that push was
+    // answered, after the rows left. The reader is no worker.
+    return absl::OkStatus();
+  }
+  // Sync: a read at clock c sees the pushes before c, all made before the
+  // cut (one clock for every worker) only while c is at most the cut.
+  const auto named = pending.cut.find(at.worker);
+  if (named != pending.cut.end() &&
+      named->second.incarnation == at.incarnation &&
+      read_clock <= named->second.clock) {
+    return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrCat(
+      kMovedPrefix, "table '", table, "': key ", key, " read at clock ",
+      read_clock, " must see pushes that went to server ", to,
+      " past its handover's cut; read it there"));
+}
+
+absl::Status PsServer::ReadWhileHere(
+    const std::vector<uint32_t>& leaving,
+    const std::function<absl::Status()>& read) {
+  if (leaving.empty()) return read();
+  absl::ReaderMutexLock handover_lock(&handover_mu_);
+  {
+    absl::MutexLock map_lock(&map_mu_);
+    for (uint32_t bucket : leaving) {
+      const auto pending = map_->pending().find(bucket);
+      if (pending == map_->pending().end() || pending->second.from != rank_ ||
+          (handed_ != nullptr && handed_->contains(bucket))) {
+        return absl::AbortedError(absl::StrCat(
+            kMovedPrefix, "bucket ", bucket, " was handed over to server ",
+            map_->owner(bucket), " as it was read here; read it there"));
+      }
+    }
+  }
+  return read();
+}
+
 absl::Status PsServer::RunWithoutMoves(const std::function<void()>& fn) {
   {
     absl::MutexLock lock(&move_mu_);
@@ -314,6 +366,9 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
   for (uint32_t bucket : request.buckets()) rows.add_buckets(bucket);
   const uint32_t num_buckets = map.num_buckets();
   {
+    // After the reads of these buckets running here (ReadWhileHere); none
+    // begins after.
+    absl::WriterMutexLock handover_lock(&handover_mu_);
     absl::MutexLock map_lock(&map_mu_);
     auto handed =
         handed_ != nullptr

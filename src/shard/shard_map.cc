@@ -112,6 +112,15 @@ uint32_t ShardMap::ServerAt(uint64_t key, const RequestClock& at) const {
   return owner_[bucket];
 }
 
+uint32_t ShardMap::ReaderOf(uint64_t key) const {
+  const uint32_t bucket = BucketOf(key);
+  if (!pending_.empty()) {
+    const auto it = pending_.find(bucket);
+    if (it != pending_.end()) return it->second.from;
+  }
+  return owner_[bucket];
+}
+
 void ShardMap::Changes::Add(uint64_t version, Cut cut) {
   list.emplace_back(version, std::move(cut));
   if (list.size() > kKeptChanges) {

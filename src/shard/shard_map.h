@@ -81,6 +81,12 @@ class ShardMap {
   // Who serves `key` for a request at `at`: a bucket whose move is pending
   // belongs to its old owner before the handover's cut.
   uint32_t ServerAt(uint64_t key, const RequestClock& at) const;
+  // Who to ask first for a read of `key`: a pending bucket's old owner,
+  // before and past the cut alike, while it still holds the rows (it
+  // serves a read past the cut that needs no push made past it, and
+  // refuses once the rows have left: then ServerAt's server, which waits
+  // for them). So reads do not wait for a handover.
+  uint32_t ReaderOf(uint64_t key) const;
 
   // A bucket on its way from `from` to `owner(bucket)`, handed over at
   // `cut`.
@@ -138,7 +144,7 @@ class ShardMap {
 
   uint64_t version_;
   uint32_t num_servers_;
-  std::vector<uint32_t> owner_;  // bucket → server rank
+  std::vector<uint32_t> owner_;                     // bucket → server rank
   absl::flat_hash_map<uint32_t, Pending> pending_;  // by bucket
   Changes changes_;
 };

@@ -578,14 +578,30 @@ TEST(PsServerShardingTest, KeyOfAnotherServerIsRefused) {
   EXPECT_EQ((*server)->sparse_table("emb")->size(), 0u);
 }
 
-// A push of worker 0 at `clock`, split by map version `split`: 1.0 in
+// A pull of `keys` of table emb (dim 4) by worker 0 at `clock` (+ `ahead`),
+// split by map version `split`.
+rpc::PullSparseRequest PullOf(const std::vector<uint64_t>& keys, uint64_t clock,
+                              uint64_t split, uint32_t ahead = 0) {
+  rpc::PullSparseRequest pull;
+  pull.set_protocol_version(kProtocolVersion);
+  pull.set_table("emb");
+  pull.set_dim(4);
+  pull.set_worker_id(0);
+  pull.set_clock(clock);
+  pull.set_ahead(ahead);
+  pull.set_map_version(split);
+  AssignBytes<uint64_t>(pull.mutable_keys(), keys);
+  return pull;
+}
+
+// A push of `worker` at `clock`, split by map version `split`: 1.0 in
 // every column of `keys` of table emb (dim 4).
 grpc::Status PushOnes(PsServer& server, uint64_t clock, uint64_t split,
-                      const std::vector<uint64_t>& keys) {
+                      const std::vector<uint64_t>& keys, uint32_t worker = 0) {
   rpc::PushRequest req;
   req.set_protocol_version(kProtocolVersion);
   req.set_batch_size(1);
-  req.set_worker_id(0);
+  req.set_worker_id(worker);
   req.set_clock(clock);
   req.set_map_version(split);
   rpc::TableGradient* g = req.add_gradients();
@@ -642,26 +658,18 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   EXPECT_TRUE(push(5, 2, {staying}).ok());
   std::vector<float> row(4);
   ASSERT_TRUE((*server)->sparse_table("emb")->Lookup(staying, row));
-  // Pulls follow the same rule.
-  rpc::PullSparseRequest pull;
-  pull.set_protocol_version(kProtocolVersion);
-  pull.set_table("emb");
-  pull.set_dim(4);
-  pull.set_worker_id(0);
-  pull.set_clock(6);
-  pull.set_map_version(1);
-  AssignBytes<uint64_t>(pull.mutable_keys(), std::vector<uint64_t>{staying});
-  rpc::PullSparseResponse got;
-  grpc::ServerContext ctx;
-  EXPECT_EQ(AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &got)
-                .error_code(),
-            grpc::StatusCode::ABORTED);
-  pull.set_map_version(2);
-  rpc::PullSparseResponse served;
-  grpc::ServerContext ctx2;
-  EXPECT_TRUE(
-      AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx2, &pull, &served)
-          .ok());
+  // A pull is checked key by key, not by its split (a read resent to a
+  // server that served it before changes nothing): the key that stays is
+  // served here at clock 6 under either split.
+  for (uint64_t split : {1, 2}) {
+    rpc::PullSparseRequest pull = PullOf({staying}, 6, split);
+    rpc::PullSparseResponse served;
+    grpc::ServerContext ctx;
+    EXPECT_TRUE(
+        AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &served)
+            .ok())
+        << "split " << split;
+  }
 }
 
 // Servers 1 and 0 of TwoTableJob (on two servers) and a key of server 1's
@@ -674,8 +682,11 @@ struct MovingKey {
   uint32_t bucket = 0;
 };
 
-MovingKey ServersAndAMovingKey() {
+MovingKey ServersAndAMovingKey(ConsistencyMode mode = ConsistencyMode::kAsync,
+                               uint32_t workers = 1) {
   JobConfig config = TwoTableJob();
+  config.mode = mode;
+  config.cluster.workers = workers;
   config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
   MovingKey m;
   auto old_owner = PsServer::Create(config, 1);
@@ -773,6 +784,120 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
   for (int c = 0; c < 4; ++c) {
     EXPECT_EQ(row[c], trained[c] - 0.5f) << c;
   }
+}
+
+// What `pull` reads from `server` (one row), or its refusal.
+absl::StatusOr<std::vector<float>> ReadRow(PsServer& server,
+                                           const rpc::PullSparseRequest& pull) {
+  rpc::PullSparseResponse got;
+  grpc::ServerContext ctx;
+  const grpc::Status status =
+      AwaitPullAnswer(server, &PsServer::PullSparse, &ctx, &pull, &got);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        status.error_message());
+  }
+  std::vector<float> row(got.values().size() / sizeof(float));
+  std::memcpy(row.data(), got.values().data(), got.values().size());
+  return row;
+}
+
+// A read past the cut of a bucket being handed over does not wait for its
+// rows at the new owner: its old owner serves it while it holds them (async
+// and semi_async read what was applied), and refuses it as moved once they
+// have left — without making a fresh row of it.
+TEST(PsServerShardingTest,
+     ReadsPastTheCutAreServedByTheOldOwnerUntilItHandsOver) {
+  MovingKey m = ServersAndAMovingKey();
+  ASSERT_TRUE(m.old_owner && m.new_owner);
+  PsServer& old_owner = *m.old_owner;
+  ASSERT_TRUE(PushOnes(old_owner, 0, 1, {m.key}).ok());
+  ASSERT_TRUE(PushOnes(old_owner, 1, 1, {m.key}).ok());
+  auto v2 =
+      m.v1.WithHandover({{m.bucket, 0}}, {{0, {.incarnation = 0, .clock = 2}}});
+  ASSERT_TRUE(v2.ok());
+  ASSERT_TRUE(old_owner.AdoptMap(*v2));
+  ASSERT_TRUE(m.new_owner->AdoptMap(*v2));
+  EXPECT_EQ(v2->ReaderOf(m.key), 1u);
+  EXPECT_EQ(v2->ServerAt(m.key, {0, 0, 5}), 0u);
+  // Two steps of sgd lr 0.5 on 1.0 from zero: -1 in every column, under
+  // the handover's split and the one before it.
+  for (uint64_t split : {1, 2}) {
+    auto row = ReadRow(old_owner, PullOf({m.key}, 5, split));
+    ASSERT_TRUE(row.ok()) << row.status();
+    EXPECT_EQ(*row, std::vector<float>(4, -1.0f)) << "split " << split;
+  }
+
+  rpc::HandOverRequest hand;
+  hand.set_protocol_version(kProtocolVersion);
+  hand.add_buckets(m.bucket);
+  rpc::MovedRows rows;
+  grpc::ServerContext ctx;
+  ASSERT_TRUE(old_owner.HandOver(&ctx, &hand, &rows).ok());
+  auto gone = ReadRow(old_owner, PullOf({m.key}, 5, 2));
+  EXPECT_TRUE(IsMovedError(gone.status())) << gone.status();
+  EXPECT_THAT(gone.status().message(), HasSubstr("handed over to server 0"));
+  EXPECT_EQ(old_owner.sparse_table("emb")->size(), 0u);
+}
+
+// In sync a read at clock c must see every push before c: its old owner
+// serves it past the cut only while those all came before the cut (c at
+// most the cut, `ahead` counted). A read that waited for its round is
+// checked again when the round lets it through: after a HandOver, refused.
+TEST(PsServerShardingTest, SyncReadsAtTheOldOwnerStopAtTheCut) {
+  MovingKey m = ServersAndAMovingKey(ConsistencyMode::kSync, /*workers=*/2);
+  ASSERT_TRUE(m.old_owner && m.new_owner);
+  PsServer& old_owner = *m.old_owner;
+  uint64_t staying = m.key + 1;
+  while (m.v1.ServerOf(staying) != 1 || m.v1.BucketOf(staying) == m.bucket) {
+    ++staying;
+  }
+  for (uint64_t clock : {0, 1}) {
+    for (uint32_t worker : {0, 1}) {
+      ASSERT_TRUE(PushOnes(old_owner, clock, 1, {m.key}, worker).ok());
+    }
+  }
+  std::vector<float> trained(4);
+  ASSERT_TRUE(old_owner.sparse_table("emb")->Lookup(m.key, trained));
+  const ShardMap::WorkerCut cut{.incarnation = 0, .clock = 3};
+  auto v2 = m.v1.WithHandover({{m.bucket, 0}}, {{0, cut}, {1, cut}});
+  ASSERT_TRUE(v2.ok());
+  ASSERT_TRUE(old_owner.AdoptMap(*v2));
+  ASSERT_TRUE(m.new_owner->AdoptMap(*v2));
+  using ClockAhead = std::pair<uint64_t, uint32_t>;
+  for (const auto& [clock, ahead] : std::vector<ClockAhead>{{2, 0}, {1, 1}}) {
+    auto row = ReadRow(old_owner, PullOf({m.key}, clock, 2, ahead));
+    ASSERT_TRUE(row.ok()) << row.status();
+    EXPECT_EQ(*row, trained) << clock << "+" << ahead;
+  }
+  for (const auto& [clock, ahead] : std::vector<ClockAhead>{{4, 0}, {3, 1}}) {
+    auto late = ReadRow(old_owner, PullOf({m.key}, clock, 2, ahead));
+    EXPECT_TRUE(IsMovedError(late.status())) << late.status();
+    EXPECT_THAT(late.status().message(), HasSubstr("must see pushes"));
+  }
+
+  // Worker 0 at the cut (clock 3) reads, waiting for worker 1's push of
+  // round 2; the rows leave meanwhile.
+  ASSERT_TRUE(PushOnes(old_owner, 2, 2, {staying}, 0).ok());
+  const uint64_t pulls = old_owner.aggregator_stats().pulls();
+  absl::StatusOr<std::vector<float>> waited;
+  std::thread reader(
+      [&] { waited = ReadRow(old_owner, PullOf({m.key}, 3, 2)); });
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return old_owner.aggregator_stats().pulls() > pulls; }));
+  rpc::HandOverRequest hand;
+  hand.set_protocol_version(kProtocolVersion);
+  hand.add_buckets(m.bucket);
+  rpc::MovedRows rows;
+  grpc::ServerContext ctx;
+  ASSERT_TRUE(old_owner.HandOver(&ctx, &hand, &rows).ok());
+  ASSERT_TRUE(PushOnes(old_owner, 2, 2, {staying}, 1).ok());
+  reader.join();
+  EXPECT_TRUE(IsMovedError(waited.status())) << waited.status();
+  EXPECT_THAT(waited.status().message(), HasSubstr("as it was read here"));
+  std::vector<float> row(4);
+  EXPECT_FALSE(old_owner.sparse_table("emb")->Lookup(m.key, row))
+      << "a fresh row made of a key handed over";
 }
 
 // Every call of a move may come twice (its reply lost): a repeated

@@ -197,8 +197,6 @@ TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
 TEST(BucketMoverTest, ACallThatKeepsFailingEndsTheMoveNamingTheServer) {
   TwoServers servers(TwoServerJob());
   ASSERT_TRUE(servers.ok());
-  LocalServer& from = servers.from;
-  LocalServer& to = servers.to;
   FaultPlan plan;
   plan.Refuse("PrepareMove", 1000);
   BucketMover mover(servers.endpoints(), ConsistencyMode::kAsync,

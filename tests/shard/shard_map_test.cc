@@ -33,7 +33,8 @@ TEST(ShardMapTest, ProtoRoundTripKeepsPlacement) {
   auto back = ShardMap::FromProto(proto);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->version(), map.version());
-  for (uint64_t k = 0; k < 1000; ++k) EXPECT_EQ(back->ServerOf(k), map.ServerOf(k));
+  for (uint64_t k = 0; k < 1000; ++k)
+    EXPECT_EQ(back->ServerOf(k), map.ServerOf(k));
 }
 
 TEST(ShardMapTest, FromProtoRejectsOwnerOutOfRange) {
@@ -93,6 +94,9 @@ TEST(ShardMapTest, AHandoverSplitsABucketByEachWorkersClockUntilSettled) {
   uint64_t other = 0;
   while (map.BucketOf(other) != 4) ++other;
   EXPECT_EQ(moved->ServerAt(other, W0(0)), map.ServerOf(other));
+  // A read goes first to the server that holds the rows until they leave.
+  EXPECT_EQ(moved->ReaderOf(key), 1u);
+  EXPECT_EQ(moved->ReaderOf(other), map.ServerOf(other));
   // One handover at a time per bucket; ranges checked; no move in place.
   EXPECT_EQ(moved->WithHandover({{3, 1}}, kCut).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -115,6 +119,7 @@ TEST(ShardMapTest, AHandoverSplitsABucketByEachWorkersClockUntilSettled) {
   const ShardMap settled = moved->Settled({3});
   EXPECT_EQ(settled.version(), 3u);
   EXPECT_EQ(settled.ServerAt(key, W0(0)), 0u);
+  EXPECT_EQ(settled.ReaderOf(key), 0u);
   EXPECT_TRUE(settled.WithHandover({{3, 1}}, kCut).ok());
   // A pending move naming a server out of range is refused on the wire.
   proto.mutable_pending(0)->set_from(7);
@@ -168,8 +173,7 @@ TEST(ShardMapTest, ASplitOlderThanTheKeptHistoryIsRefused) {
   EXPECT_FALSE(map.SplitHolds(2, W0(0)));
   rpc::ShardMapProto proto;
   map.ToProto(&proto);
-  EXPECT_EQ(static_cast<size_t>(proto.changes_size()),
-            ShardMap::kKeptChanges);
+  EXPECT_EQ(static_cast<size_t>(proto.changes_size()), ShardMap::kKeptChanges);
   auto back = ShardMap::FromProto(proto);
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(back->SplitHolds(2, W0(0)));
@@ -201,7 +205,8 @@ TEST(ShardMapTest, AResumedMapRefusesSplitsOfEveryEarlierMap) {
 // matches it against its move records), through the proto too.
 TEST(ShardMapTest, APendingMoveKeepsTheVersionThatBeganIt) {
   const ShardMap first = ShardMap::Uniform(2, 8);
-  auto handover = first.WithHandover({{3, 0}}, {{0, {.incarnation = 1, .clock = 4}}});
+  auto handover =
+      first.WithHandover({{3, 0}}, {{0, {.incarnation = 1, .clock = 4}}});
   ASSERT_TRUE(handover.ok());
   ASSERT_TRUE(handover->pending().contains(3));
   EXPECT_EQ(handover->pending().at(3).version, 2u);
