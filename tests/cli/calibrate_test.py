@@ -88,7 +88,10 @@ def main():
             print(f"time to target: original {original} s, tuned {mine} s")
             if original < 0 or mine < 0:
                 fail(f"a job never reached the target: {compared}")
-            if mine > original + 1.0:
+            # One evaluation later is allowed: evaluations are ~1 s apart,
+            # so 1.0 s plus their jitter (a run here under load read
+            # 1.002 s); two would be ~2 s.
+            if mine > original + 1.5:
                 fail(f"the tuned job reached the target {mine - original:.1f}"
                      f" s later than the hand-written one")
         elif scenario == "drift":
