@@ -11,9 +11,11 @@
 //                   [--seconds 20] [--out results.json]
 //
 // Per run: steps/s of all workers in the last third of the run (after the
-// moves of the first periods), pull latency p50/p99 there, and p99 of the
+// moves of the first periods), pull latency p50/p99 there, and p50/p99 of the
 // pulls that overlapped a move (from server 0's "placement: moved" lines:
-// each says how long the move took), with the moves' count, rows and bytes.
+// each says how long the move took), with the moves' count, rows and bytes;
+// per move, its pulls' p50/p90/max against the p50/p99 of the pulls in the
+// half second before it.
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,9 +34,9 @@
 #include "cli/process_group.h"
 #include "cli/roles.h"
 #include "common/hash.h"
-#include "common/process_tuning.h"
 #include "common/median.h"
 #include "common/ports.h"
+#include "common/process_tuning.h"
 #include "common/zipf.h"
 #include "hetps/ps_client.h"
 #include "nlohmann/json.hpp"
@@ -48,7 +50,6 @@ constexpr uint64_t kRows = uint64_t{1} << 20;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
 
 struct Pull {
   double start_s;  // since the run began
@@ -90,8 +91,8 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       "tables:\n  - {name: emb, kind: sparse, dim: ",
       dim, ", optimizer: {type: sgd, learning_rate: 0.01}}\n");
   if (c.slow_speed < 1) {
-    absl::StrAppend(&yaml, "server_profiles: [{ranks: [1], speed: ",
-                    c.slow_speed, "}]\n");
+    absl::StrAppend(
+        &yaml, "server_profiles: [{ranks: [1], speed: ", c.slow_speed, "}]\n");
   }
   const std::string config_path =
       absl::StrCat("/tmp/hetps-migration-bench-", getpid(), ".yaml");
@@ -159,9 +160,9 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           failed = true;
           return;
         }
-        pulls[w].push_back({offset + Seconds(start, t0),
-                            std::chrono::duration<double, std::milli>(t1 - t0)
-                                .count()});
+        pulls[w].push_back(
+            {offset + Seconds(start, t0),
+             std::chrono::duration<double, std::milli>(t1 - t0).count()});
         step_ends[w].push_back(Seconds(start, Clock::now()));
       }
     });
@@ -180,12 +181,21 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   }
   std::vector<double> steady, during;
   std::lock_guard lock(moves_mu);
+  // Per move: its pulls against those of the half second before it (the
+  // same phase of the run, no move).
+  std::vector<std::vector<double>> in_move(moves.size()),
+      before_move(moves.size());
   for (const auto& list : pulls) {
     for (const Pull& p : list) {
       bool overlaps = false;
-      for (const Move& m : moves) {
-        if (p.start_s <= m.end_s && p.start_s + p.ms / 1e3 >= m.end_s - m.ms / 1e3) {
+      for (size_t i = 0; i < moves.size(); ++i) {
+        const double begin = moves[i].end_s - moves[i].ms / 1e3;
+        const double end = p.start_s + p.ms / 1e3;
+        if (p.start_s <= moves[i].end_s && end >= begin) {
           overlaps = true;
+          in_move[i].push_back(p.ms);
+        } else if (p.start_s >= begin - 0.5 && end < begin) {
+          before_move[i].push_back(p.ms);
         }
       }
       if (overlaps) {
@@ -194,6 +204,16 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
         steady.push_back(p.ms);
       }
     }
+  }
+  nlohmann::json per_move = nlohmann::json::array();
+  for (size_t i = 0; i < moves.size(); ++i) {
+    per_move.push_back(
+        {{"pulls", in_move[i].size()},
+         {"p50_ms", hetps::Percentile(in_move[i], 0.5)},
+         {"p90_ms", hetps::Percentile(in_move[i], 0.9)},
+         {"max_ms", hetps::Percentile(in_move[i], 1.0)},
+         {"before_p50_ms", hetps::Percentile(before_move[i], 0.5)},
+         {"before_p99_ms", hetps::Percentile(before_move[i], 0.99)}});
   }
   return {{"servers", c.servers},
           {"workers", c.workers},
@@ -204,11 +224,13 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           {"pull_p50_ms", hetps::Percentile(steady, 0.5)},
           {"pull_p99_ms", hetps::Percentile(steady, 0.99)},
           {"pulls_during_moves", during.size()},
+          {"pull_p50_during_moves_ms", hetps::Percentile(during, 0.5)},
           {"pull_p99_during_moves_ms", hetps::Percentile(during, 0.99)},
           {"moves", moves.size()},
           {"moved_buckets", moved_buckets},
           {"moved_rows", moved_rows},
-          {"moved_bytes", moved_bytes}};
+          {"moved_bytes", moved_bytes},
+          {"per_move", per_move}};
 }
 
 }  // namespace
@@ -225,7 +247,8 @@ int main(int argc, char** argv) {
   double seconds = 20;
   std::string out_path;
   app.add_option("--servers", servers_list, "server counts");
-  app.add_option("--zipf", zipf_list, "Zipf exponents of the keys (0: uniform)");
+  app.add_option("--zipf", zipf_list,
+                 "Zipf exponents of the keys (0: uniform)");
   app.add_option("--speeds", speeds_list, "speeds of server 1 (1: as fast)");
   app.add_option("--workers", workers, "worker threads");
   app.add_option("--keys", keys, "keys per pull and push");
@@ -250,12 +273,9 @@ int main(int argc, char** argv) {
       }
     }
   }
-  nlohmann::json doc = {{"bench", "migration"},
-                        {"rows", kRows},
-                        {"keys_per_step", keys},
-                        {"dim", dim},
-                        {"seconds", seconds},
-                        {"results", results}};
+  nlohmann::json doc = {{"bench", "migration"},  {"rows", kRows},
+                        {"keys_per_step", keys}, {"dim", dim},
+                        {"seconds", seconds},    {"results", results}};
   std::printf("%s\n", doc.dump(2).c_str());
   if (!out_path.empty()) std::ofstream(out_path) << doc.dump(2) << "\n";
   return 0;

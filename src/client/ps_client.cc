@@ -150,9 +150,27 @@ struct PsClient::Impl {
             .clock = clock.load()};
   }
 
-  // Reads the servers' shard maps and keeps the newest, when it is newer
-  // than `known`; the hot-row cache forgets its rows then (their versions
-  // are the old owners' applies).
+  // Keeps `newest` when it is newer than `known` and the map held; the
+  // hot-row cache forgets its rows then (their versions are the old
+  // owners' applies).
+  void KeepMap(ShardMap newest, uint64_t known) {
+    {
+      absl::MutexLock lock(&map_mu);
+      if (newest.version() <= known ||
+          newest.version() <= shard_map->version()) {
+        return;
+      }
+      shard_map = std::make_shared<const ShardMap>(std::move(newest));
+    }
+    if (cache != nullptr) {
+      absl::MutexLock lock(&cache_mu);
+      for (const auto& [name, id] : cache_tables) {
+        cache->Expire(id, [](uint64_t, uint64_t) { return true; });
+      }
+    }
+  }
+
+  // Reads the servers' shard maps and keeps the newest (KeepMap).
   absl::Status RefreshMap(uint64_t known) {
     auto infos = AllTableInfos();
     if (!infos.ok()) return infos.status();
@@ -162,20 +180,7 @@ struct PsClient::Impl {
       if (!map.ok()) return map.status();
       if (!newest || map->version() > newest->version()) newest = *map;
     }
-    {
-      absl::MutexLock lock(&map_mu);
-      if (newest->version() <= known ||
-          newest->version() <= shard_map->version()) {
-        return absl::OkStatus();
-      }
-      shard_map = std::make_shared<const ShardMap>(*std::move(newest));
-    }
-    if (cache != nullptr) {
-      absl::MutexLock lock(&cache_mu);
-      for (const auto& [name, id] : cache_tables) {
-        cache->Expire(id, [](uint64_t, uint64_t) { return true; });
-      }
-    }
+    KeepMap(*std::move(newest), known);
     return absl::OkStatus();
   }
 
@@ -264,9 +269,31 @@ struct PsClient::Impl {
     return absl::OkStatus();
   }
 
-  // A newer map than `known` was reported: refresh.
-  absl::Status MaybeRefresh(uint64_t known, uint64_t reported) {
-    return reported > known ? RefreshMap(known) : absl::OkStatus();
+  // After the answers to requests split by the map of version `known`: the
+  // newest version they reported and, of those that carried their
+  // server's map (one split by an older map gets it), the newest. Keeps
+  // that map, or fetches one when none carried the newest version.
+  template <typename Response>
+  absl::Status FollowMaps(uint64_t known, std::span<const Response> answers,
+                          std::span<const uint32_t> from) {
+    uint64_t reported = 0;
+    const rpc::ShardMapProto* sent = nullptr;
+    for (uint32_t s : from) {
+      const Response& answer = answers[s];
+      reported = std::max(reported, answer.map_version());
+      if (answer.has_shard_map() &&
+          (sent == nullptr || answer.shard_map().version() > sent->version())) {
+        sent = &answer.shard_map();
+      }
+    }
+    if (reported <= known) return absl::OkStatus();
+    if (sent == nullptr || sent->version() < reported) {
+      return RefreshMap(known);
+    }
+    auto map = ShardMap::FromProto(*sent);
+    if (!map.ok()) return map.status();
+    KeepMap(*std::move(map), known);
+    return absl::OkStatus();
   }
 
   uint32_t CacheTableId(const std::string& table)
@@ -551,13 +578,15 @@ absl::Status PsClient::PullSparse(const std::string& table,
 
   std::shared_ptr<const ShardMap> map = impl_->Map();
   const uint32_t n = map->num_servers();
-  auto positions = PartitionByServer(*map, unique, at, Route::kReader);
+  Route route = Route::kReader;
+  auto positions = PartitionByServer(*map, unique, at, route);
   std::vector<rpc::PullSparseResponse> responses(n);
   // Asks `targets` for the rows at `positions` (perhaps none: the pull is
   // still the step's gate and reports the server's applies). A refusal as
-  // "moved" re-splits them by the newer map (both updated), now by owner
-  // (the rows of a bucket being handed over have left its old owner), and
-  // asks again.
+  // "moved" re-splits them by owner, at once the first time (a bucket's
+  // old owner refuses a read once its rows have left, or in sync one that
+  // must see pushes made past the cut), then by the newer map (both
+  // updated), and asks again.
   // Servers holding a slice of the dense table asked for along (in
   // `targets` from the start, with or without keys).
   std::vector<bool> dense_slice(n, false);
@@ -605,13 +634,17 @@ absl::Status PsClient::PullSparse(const std::string& table,
                 ctx, &requests[s], &responses[s], std::move(done));
           });
       if (IsMovedError(status) && attempt < kMovedRetries) {
-        if (auto r = impl_->Resplit(map, attempt); !r.ok()) return r;
+        if (route == Route::kReader) {
+          route = Route::kOwner;
+        } else if (auto r = impl_->Resplit(map, attempt); !r.ok()) {
+          return r;
+        }
         std::vector<uint32_t> all;
         for (const auto& p : positions)
           all.insert(all.end(), p.begin(), p.end());
         std::vector<uint64_t> keys_left(all.size());
         for (size_t i = 0; i < all.size(); ++i) keys_left[i] = unique[all[i]];
-        auto split = PartitionByServer(*map, keys_left, at);
+        auto split = PartitionByServer(*map, keys_left, at, route);
         std::vector<bool> target(n, false);
         for (uint32_t s : targets) target[s] = true;
         for (uint32_t s = 0; s < n; ++s) {
@@ -626,7 +659,6 @@ absl::Status PsClient::PullSparse(const std::string& table,
         continue;
       }
       if (!status.ok()) return status;
-      uint64_t reported = 0;
       for (uint32_t s : targets) {
         const std::string& bytes = responses[s].values();
         if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
@@ -644,7 +676,6 @@ absl::Status PsClient::PullSparse(const std::string& table,
         impl_->pulled_rows += positions[s].size();
         impl_->pulled_bytes +=
             positions[s].size() * sizeof(uint64_t) + bytes.size();
-        reported = std::max(reported, responses[s].map_version());
         if (with_dense && dense_slice[s]) {
           if (auto d = CopyDenseSlice(s, n, responses[s].dense(), dense->out);
               !d.ok()) {
@@ -654,7 +685,8 @@ absl::Status PsClient::PullSparse(const std::string& table,
       }
       // A newer map for the next requests; a failure here is met again
       // (and reported) by the request that needs it.
-      (void)impl_->MaybeRefresh(map->version(), reported);
+      (void)impl_->FollowMaps<rpc::PullSparseResponse>(map->version(),
+                                                       responses, targets);
       return absl::OkStatus();
     }
   };
@@ -963,11 +995,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     if (!status.ok()) return status;
     break;
   }
-  uint64_t reported = 0;
-  for (uint32_t s : targets) {
-    reported = std::max(reported, responses[s].map_version());
-  }
-  (void)impl_->MaybeRefresh(map->version(), reported);
+  (void)impl_->FollowMaps<rpc::PushResponse>(map->version(), responses,
+                                             targets);
   if (impl_->cache != nullptr) {
     absl::MutexLock lock(&impl_->cache_mu);
     for (uint32_t s = 0; s < n; ++s) {

@@ -319,7 +319,7 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   Read read = [this, &request, response, table, dense, keys, scratch, check,
                clock = *clock] {
     return ReadWhileHere(check->leaving, [&] {
-      response->set_map_version(map_version());
+      TellMap(request.map_version(), response);
       auto out = ResizeAs<float>(response->mutable_values(),
                                  keys.size() * table->dim());
       if (config_.client.hot_rows.enabled) {
@@ -565,7 +565,7 @@ grpc::Status PsServer::Push(grpc::ServerContextBase* context,
                  status.ToString());
   }
   response->set_applied_rounds(aggregator_->applied_rounds());
-  response->set_map_version(map_version());
+  TellMap(request->map_version(), response);
   return ToGrpcStatus(status);
 }
 

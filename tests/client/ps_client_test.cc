@@ -92,6 +92,25 @@ TEST_F(PsClientTest, ServerThatComesUpLateIsFoundWithinTheDeadline) {
   EXPECT_EQ(Slept(), absl::Milliseconds(300));
 }
 
+// A server answers a request split by an older shard map with its own map
+// along: the client splits the next requests by it without fetching it.
+TEST_F(PsClientTest, ANewerMapComesWithTheAnswerNotAnotherCall) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  const int fetched = plan_.calls("GetTableInfo");
+  const ShardMap first = node_->ps().shard_map();
+  ASSERT_TRUE(node_->ps().AdoptMap(first.WithOwners({})));
+  const uint64_t key = 5;
+  std::vector<float> row(2);
+  ASSERT_TRUE((*client)->PullSparse("emb", {&key, 1}, row).ok());
+  ASSERT_TRUE((*client)->PullSparse("emb", {&key, 1}, row).ok());
+  const auto pulls = plan_.pull_requests();
+  ASSERT_EQ(pulls.size(), 2u);
+  EXPECT_EQ(pulls[0].map_version(), first.version());
+  EXPECT_EQ(pulls[1].map_version(), first.version() + 1);
+  EXPECT_EQ(plan_.calls("GetTableInfo"), fetched);
+}
+
 TEST_F(PsClientTest, DeadServerFailsAtTheDeadlineNamingIt) {
   auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();

@@ -597,7 +597,8 @@ rpc::PullSparseRequest PullOf(const std::vector<uint64_t>& keys, uint64_t clock,
 // A push of `worker` at `clock`, split by map version `split`: 1.0 in
 // every column of `keys` of table emb (dim 4).
 grpc::Status PushOnes(PsServer& server, uint64_t clock, uint64_t split,
-                      const std::vector<uint64_t>& keys, uint32_t worker = 0) {
+                      const std::vector<uint64_t>& keys, uint32_t worker = 0,
+                      rpc::PushResponse* answer = nullptr) {
   rpc::PushRequest req;
   req.set_protocol_version(kProtocolVersion);
   req.set_batch_size(1);
@@ -612,7 +613,7 @@ grpc::Status PushOnes(PsServer& server, uint64_t clock, uint64_t split,
                      std::vector<float>(4 * keys.size(), 1.0f));
   rpc::PushResponse resp;
   grpc::ServerContext ctx;
-  return server.Push(&ctx, &req, &resp);
+  return server.Push(&ctx, &req, answer != nullptr ? answer : &resp);
 }
 
 TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
@@ -641,8 +642,11 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
     return PushOnes(**server, clock, split, keys);
   };
   // Below the handover clock the bucket is still this server's, whatever
-  // the split.
-  EXPECT_TRUE(push(4, 1, {moving, staying}).ok());
+  // the split; the answer to the push split by version 1 carries version 2.
+  rpc::PushResponse answer;
+  EXPECT_TRUE(PushOnes(**server, 4, 1, {moving, staying}, 0, &answer).ok());
+  EXPECT_EQ(answer.map_version(), 2u);
+  EXPECT_EQ(answer.shard_map().version(), 2u);
   EXPECT_EQ((*server)->sparse_table("emb")->size(), 2u);
   // From clock 5 a v1 split no longer holds: refused whole, nothing
   // applied, even though one key stays here.
@@ -660,7 +664,8 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   ASSERT_TRUE((*server)->sparse_table("emb")->Lookup(staying, row));
   // A pull is checked key by key, not by its split (a read resent to a
   // server that served it before changes nothing): the key that stays is
-  // served here at clock 6 under either split.
+  // served here at clock 6 under either split. The answer to the one split
+  // by version 1 carries the map.
   for (uint64_t split : {1, 2}) {
     rpc::PullSparseRequest pull = PullOf({staying}, 6, split);
     rpc::PullSparseResponse served;
@@ -669,6 +674,14 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
         AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &served)
             .ok())
         << "split " << split;
+    EXPECT_EQ(served.map_version(), 2u);
+    EXPECT_EQ(served.has_shard_map(), split == 1);
+    if (split == 1) {
+      auto sent = ShardMap::FromProto(served.shard_map());
+      ASSERT_TRUE(sent.ok()) << sent.status();
+      EXPECT_EQ(sent->version(), 2u);
+      EXPECT_EQ(sent->ServerAt(moving, {0, 0, 5}), 0u);
+    }
   }
 }
 
