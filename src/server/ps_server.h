@@ -154,20 +154,6 @@ class PsServer final {
   // The shard map now: a copy (AdoptShardMap may replace it).
   ShardMap shard_map() const;
   uint64_t map_version() const;
-  // Sets a pull's or push's answer's map_version, and its shard_map too
-  // when the request was split by an older map (0: it does not say).
-  template <typename Response>
-  void TellMap(uint64_t split_version, Response* response) const {
-    std::shared_ptr<const ShardMap> map;
-    {
-      absl::MutexLock lock(&map_mu_);
-      map = map_;
-    }
-    response->set_map_version(map->version());
-    if (split_version > 0 && split_version < map->version()) {
-      map->ToProto(response->mutable_shard_map());
-    }
-  }
   // Takes `map` if it is newer than the one held (returns whether it did);
   // buckets it moves here that have not arrived start to wait for their
   // rows (TakeOver), and a PrepareMove hold ends. `arrived`: buckets moving
@@ -243,6 +229,20 @@ class PsServer final {
   // for the reads running here.
   absl::Status ReadWhileHere(const std::vector<uint32_t>& leaving,
                              const std::function<absl::Status()>& read);
+  // Sets a pull's or push's answer's map_version, and its shard_map too
+  // when the request was split by an older map (0: it does not say).
+  template <typename Response>
+  void TellMap(uint64_t split_version, Response* response) const {
+    std::shared_ptr<const ShardMap> map;
+    {
+      absl::MutexLock lock(&map_mu_);
+      map = map_;
+    }
+    response->set_map_version(map->version());
+    if (split_version > 0 && split_version < map->version()) {
+      map->ToProto(response->mutable_shard_map());
+    }
+  }
   template <typename Request>
   static ShardMap::RequestClock AtOf(const Request& request) {
     return {.worker = request.worker_id(),
