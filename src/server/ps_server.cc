@@ -305,10 +305,10 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   std::span<const uint64_t> keys = ViewAs<uint64_t>(request.keys(), *scratch);
   const ShardMap::RequestClock at = AtOf(request);
   if (auto s = AwaitMoves(context, at, {}); !s.ok()) return finish(s);
-  auto check = std::make_shared<ReadCheck>();
-  check->clock = at.clock + request.ahead();
-  if (auto s = CheckKeys(request.table(), keys, at, request.map_version(),
-                         check.get());
+  ReadCheck check;
+  check.clock = at.clock + request.ahead();
+  if (auto s =
+          CheckKeys(request.table(), keys, at, request.map_version(), &check);
       !s.ok()) {
     return finish(s);
   }
@@ -316,9 +316,9 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return finish(clock.status());
-  Read read = [this, &request, response, table, dense, keys, scratch, check,
-               clock = *clock] {
-    return ReadWhileHere(check->leaving, [&] {
+  Read read = [this, &request, response, table, dense, keys, scratch,
+               leaving = std::move(check.leaving), clock = *clock] {
+    return ReadWhileHere(leaving, [&] {
       TellMap(request.map_version(), response);
       auto out = ResizeAs<float>(response->mutable_values(),
                                  keys.size() * table->dim());

@@ -799,6 +799,16 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
   }
 }
 
+// `server` hands `bucket` over (the mover's HandOver), its rows dropped.
+grpc::Status HandOverBucket(PsServer& server, uint32_t bucket) {
+  rpc::HandOverRequest hand;
+  hand.set_protocol_version(kProtocolVersion);
+  hand.add_buckets(bucket);
+  rpc::MovedRows rows;
+  grpc::ServerContext ctx;
+  return server.HandOver(&ctx, &hand, &rows);
+}
+
 // What `pull` reads from `server` (one row), or its refusal.
 absl::StatusOr<std::vector<float>> ReadRow(PsServer& server,
                                            const rpc::PullSparseRequest& pull) {
@@ -841,12 +851,7 @@ TEST(PsServerShardingTest,
     EXPECT_EQ(*row, std::vector<float>(4, -1.0f)) << "split " << split;
   }
 
-  rpc::HandOverRequest hand;
-  hand.set_protocol_version(kProtocolVersion);
-  hand.add_buckets(m.bucket);
-  rpc::MovedRows rows;
-  grpc::ServerContext ctx;
-  ASSERT_TRUE(old_owner.HandOver(&ctx, &hand, &rows).ok());
+  ASSERT_TRUE(HandOverBucket(old_owner, m.bucket).ok());
   auto gone = ReadRow(old_owner, PullOf({m.key}, 5, 2));
   EXPECT_TRUE(IsMovedError(gone.status())) << gone.status();
   EXPECT_THAT(gone.status().message(), HasSubstr("handed over to server 0"));
@@ -898,12 +903,7 @@ TEST(PsServerShardingTest, SyncReadsAtTheOldOwnerStopAtTheCut) {
       [&] { waited = ReadRow(old_owner, PullOf({m.key}, 3, 2)); });
   ASSERT_TRUE(testing::WaitFor(
       [&] { return old_owner.aggregator_stats().pulls() > pulls; }));
-  rpc::HandOverRequest hand;
-  hand.set_protocol_version(kProtocolVersion);
-  hand.add_buckets(m.bucket);
-  rpc::MovedRows rows;
-  grpc::ServerContext ctx;
-  ASSERT_TRUE(old_owner.HandOver(&ctx, &hand, &rows).ok());
+  ASSERT_TRUE(HandOverBucket(old_owner, m.bucket).ok());
   ASSERT_TRUE(PushOnes(old_owner, 2, 2, {staying}, 1).ok());
   reader.join();
   EXPECT_TRUE(IsMovedError(waited.status())) << waited.status();
