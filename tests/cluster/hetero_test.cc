@@ -482,6 +482,7 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
   EXPECT_EQ(j["mode"], "semi_async");
   EXPECT_EQ(j["window"], 8);
   ASSERT_EQ(j["workers"].size(), 4u);
+  double fast_rate = 0, slow_rate = 0;
   for (const auto& w : j["workers"]) {
     const int rank = w["rank"].get<int>();
     EXPECT_EQ(w["live"], true) << rank;
@@ -493,10 +494,19 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
     EXPECT_EQ(w["push_freq"], 1) << rank;
     EXPECT_GT(w["clock"].get<uint64_t>(), 0u) << rank;
     EXPECT_GT(w["busy_fraction"].get<double>(), 0.3) << rank;
-    // Samples per busy second: the emulated speed, give or take.
+    // Samples per busy second: never above the emulated speed (the pacing
+    // holds each batch to it) and not far below; busy time includes the
+    // push, so a loaded machine (CI, a ctest -j2 neighbour) lowers every
+    // worker's rate alike -- CI measured 0.55x of the profile on all four.
     const double speed = rank < 2 ? 4000 : 1000;
-    EXPECT_NEAR(w["compute_samples_per_s"].get<double>(), speed, 0.3 * speed);
+    const double rate = w["compute_samples_per_s"].get<double>();
+    EXPECT_LE(rate, 1.05 * speed) << rank;
+    EXPECT_GE(rate, 0.3 * speed) << rank;
+    (rank < 2 ? fast_rate : slow_rate) += rate / 2;
   }
+  // What the planner needs of it: the workers' 4:1.
+  EXPECT_NEAR(fast_rate / slow_rate, 4.0, 0.8)
+      << "fast " << fast_rate << ", slow " << slow_rate;
   ASSERT_EQ(j["servers"].size(), 2u);
   std::vector<double> service;
   double service_share = 0;
