@@ -1,5 +1,6 @@
 // Live bucket migration on a real cluster: `hetps server` processes on
-// 127.0.0.1 (server 1 emulated at `--slow-speed` of this machine's speed),
+// 127.0.0.1 (every server emulated at `--base-speed` of this machine's speed,
+// server 1 at `--speeds` of that),
 // worker threads (one PsClient each) in this process pulling and pushing
 // Zipf-distributed keys of a 2^20-row table in async mode, as fast as they
 // can. Each case runs twice: static hash placement (sharding.migrate off)
@@ -7,7 +8,7 @@
 // migration every control period).
 //
 //   migration_bench [--servers 2] [--zipf 0,1.1] [--speeds 0.5,1]
-//                   [--workers 4] [--keys 1024] [--dim 32]
+//                   [--base-speed 1] [--workers 4] [--keys 1024] [--dim 32]
 //                   [--seconds 20] [--out results.json]
 //
 // Per run: steps/s of all workers in the last third of the run (after the
@@ -65,7 +66,8 @@ struct Case {
   int servers;
   int workers;
   double zipf;
-  double slow_speed;
+  double slow_speed;  // server 1's, relative to the others
+  double base_speed;  // every server's: below 1 the servers saturate first
   bool migrate;
 };
 
@@ -90,9 +92,19 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       "}\n"
       "tables:\n  - {name: emb, kind: sparse, dim: ",
       dim, ", optimizer: {type: sgd, learning_rate: 0.01}}\n");
-  if (c.slow_speed < 1) {
-    absl::StrAppend(
-        &yaml, "server_profiles: [{ranks: [1], speed: ", c.slow_speed, "}]\n");
+  // Server 1 first: a rank takes the first profile that names it.
+  if (c.slow_speed * c.base_speed < 1) {
+    absl::StrAppend(&yaml, "server_profiles: [{ranks: [1], speed: ",
+                    c.slow_speed * c.base_speed, "}");
+    if (c.base_speed < 1) {
+      std::vector<int> others;
+      for (int r = 0; r < c.servers; ++r) {
+        if (r != 1) others.push_back(r);
+      }
+      absl::StrAppend(&yaml, ", {ranks: [", absl::StrJoin(others, ", "),
+                      "], speed: ", c.base_speed, "}");
+    }
+    absl::StrAppend(&yaml, "]\n");
   }
   const std::string config_path =
       absl::StrCat("/tmp/hetps-migration-bench-", getpid(), ".yaml");
@@ -219,6 +231,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           {"workers", c.workers},
           {"zipf", c.zipf},
           {"slow_server_speed", c.slow_speed},
+          {"base_speed", c.base_speed},
           {"placement", c.migrate ? "dynamic" : "static hash"},
           {"steps_per_s", steps / (seconds - from)},
           {"pull_p50_ms", hetps::Percentile(steady, 0.5)},
@@ -241,6 +254,7 @@ int main(int argc, char** argv) {
   std::string servers_list = "2";
   std::string zipf_list = "0,1.1";
   std::string speeds_list = "0.5,1";
+  double base_speed = 1;
   int workers = 4;
   uint64_t keys = 1024;
   uint64_t dim = 32;
@@ -249,7 +263,12 @@ int main(int argc, char** argv) {
   app.add_option("--servers", servers_list, "server counts");
   app.add_option("--zipf", zipf_list,
                  "Zipf exponents of the keys (0: uniform)");
-  app.add_option("--speeds", speeds_list, "speeds of server 1 (1: as fast)");
+  app.add_option("--speeds", speeds_list,
+                 "speeds of server 1 relative to the others (1: as fast)");
+  app.add_option("--base-speed", base_speed,
+                 "every server's emulated speed (below 1: servers, not the "
+                 "shared cores, limit the run)")
+      ->check(CLI::Range(0.001, 1.0));
   app.add_option("--workers", workers, "worker threads");
   app.add_option("--keys", keys, "keys per pull and push");
   app.add_option("--dim", dim, "row width");
@@ -264,7 +283,7 @@ int main(int argc, char** argv) {
         for (bool migrate : {false, true}) {
           const Case c{std::stoi(std::string(servers)), workers,
                        std::stod(std::string(zipf)),
-                       std::stod(std::string(speed)), migrate};
+                       std::stod(std::string(speed)), base_speed, migrate};
           nlohmann::json row = Run(c, keys, dim, seconds);
           std::fprintf(stderr, "%s\n", row.dump().c_str());
           if (row.contains("error")) return 1;

@@ -106,8 +106,9 @@ inline double SlowdownFactorAt(const std::vector<SlowdownConfig>& slowdowns,
 }
 
 // An emulated server machine for the servers in `ranks`: its table work
-// takes 1 / speed as long, the extra time on one serial timeline per server,
-// so its capacity shrinks, not only its latency (server/server_pace.h). Lets
+// takes 1 / speed as long on the CPU (time a handler spends off the CPU is
+// not stretched), the extra time on one serial timeline per server, so its
+// capacity shrinks, not only its latency (server/server_pace.h). Lets
 // one computer reproduce a cluster whose servers differ; always labelled as
 // emulation. Slow-downs (from_s, to_s: seconds after the server starts)
 // multiply the speed by their factor, like a worker's.

@@ -49,4 +49,10 @@ double ProcessCpuSeconds() {
   return static_cast<double>(cpu.tv_sec) + cpu.tv_nsec * 1e-9;
 }
 
+absl::Duration ThreadCpuTime() {
+  timespec cpu{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+  return absl::DurationFromTimespec(cpu);
+}
+
 }  // namespace hetps

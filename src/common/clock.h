@@ -52,4 +52,7 @@ std::chrono::system_clock::time_point RpcDeadline(const Clock& clock,
 // The CPU time this process has used, all threads together, in seconds.
 double ProcessCpuSeconds();
 
+// The CPU time the calling thread has used.
+absl::Duration ThreadCpuTime();
+
 }  // namespace hetps

@@ -330,11 +330,10 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
         response->set_max_read_lag(ReadLagBound());
         RecordRead(request.worker_id(), clock, applies);
       }
-      const absl::Time began = clock_.Now();
+      const ServerPace::Work work = pace_.Begin();
       aggregator_->PullSparse(request.worker_id(), table, keys, out);
       access_.Record(Access::kPull, table->config().name, keys,
-                     table->dim() * sizeof(float),
-                     pace_.Pace(clock_.Now() - began));
+                     table->dim() * sizeof(float), pace_.Pace(work));
       if (dense != nullptr) {
         ReadDense(request.worker_id(), dense, response->mutable_dense());
       }
@@ -348,11 +347,11 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
 void PsServer::ReadDense(uint32_t worker_id, DenseTable* table,
                          rpc::PullDenseResponse* response) {
   response->set_offset(table->offset());
-  const absl::Time began = clock_.Now();
+  const ServerPace::Work work = pace_.Begin();
   aggregator_->PullDense(
       worker_id, table,
       ResizeAs<float>(response->mutable_values(), table->length()));
-  access_.RecordOther(pace_.Pace(clock_.Now() - began));
+  access_.RecordOther(pace_.Pace(work));
 }
 
 void PsServer::PullDense(grpc::ServerContextBase* context,
@@ -500,14 +499,14 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();
   view.clock = *clock;
-  const absl::Time began = clock_.Now();
+  const ServerPace::Work work = pace_.Begin();
   absl::Status pushed = aggregator_->Push(view);
   if (!pushed.ok()) return pushed;
   if (request.has_oldest_read()) {
     RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
   }
   // The push's service time, shared by its sparse rows.
-  const absl::Duration service = pace_.Pace(clock_.Now() - began);
+  const absl::Duration service = pace_.Pace(work);
   size_t rows = 0;
   for (const PushView::Sparse& sparse : view.sparse) rows += sparse.keys.size();
   if (rows == 0) access_.RecordOther(service);

@@ -19,12 +19,22 @@ double ServerPace::Speed(absl::Time now) const {
                           absl::ToDoubleSeconds(now - start_));
 }
 
-absl::Duration ServerPace::Pace(absl::Duration work) {
-  if (!profile_) return work;
+ServerPace::Work ServerPace::Begin() const {
+  return {clock_.Now(), profile_ ? ThreadCpuTime() : absl::ZeroDuration()};
+}
+
+absl::Duration ServerPace::Pace(const Work& work) {
+  const absl::Duration wall = clock_.Now() - work.began;
+  if (!profile_) return wall;
+  return Pace(wall, ThreadCpuTime() - work.cpu_began);
+}
+
+absl::Duration ServerPace::Pace(absl::Duration wall, absl::Duration cpu) {
+  if (!profile_) return wall;
   const absl::Time now = clock_.Now();
   const double speed = Speed(now);
-  if (speed >= 1) return work;
-  const absl::Duration extra = work * (1 / speed - 1);
+  if (speed >= 1) return wall;
+  const absl::Duration extra = cpu * (1 / speed - 1);
   absl::Time until;
   {
     absl::MutexLock lock(&mu_);
@@ -32,7 +42,7 @@ absl::Duration ServerPace::Pace(absl::Duration work) {
     until = busy_until_;
   }
   clock_.SleepUntil(until);
-  return work + extra;
+  return wall + extra;
 }
 
 std::string ServerPace::Describe() const {
