@@ -9,14 +9,19 @@
 //
 //   migration_bench [--servers 2] [--zipf 0,1.1] [--speeds 0.5,1]
 //                   [--base-speed 1] [--workers 4] [--keys 1024] [--dim 32]
-//                   [--seconds 20] [--out results.json]
+//                   [--seconds 20] [--rotate-at 0]
+//                   [--placements static,dynamic] [--out results.json]
 //
 // Per run: steps/s of all workers in the last third of the run (after the
 // moves of the first periods), pull latency p50/p99 there, and p50/p99 of the
 // pulls that overlapped a move (from server 0's "placement: moved" lines:
 // each says how long the move took), with the moves' count, rows and bytes;
 // per move, its pulls' p50/p90/max against the p50/p99 of the pulls in the
-// half second before it.
+// half second before it. The coordinator's placement record, polled: each
+// control period's max/mean service time (the median over the last third),
+// and with --rotate-at, after the hottest 1,000 ids take new keys at that
+// second, each period's max/mean and how many full periods stayed above
+// 1.25.
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +44,9 @@
 #include "common/ports.h"
 #include "common/process_tuning.h"
 #include "common/zipf.h"
+#include "coord/coordinator_client.h"
 #include "hetps/ps_client.h"
+#include "hot_set.h"
 #include "nlohmann/json.hpp"
 #include "server_processes.h"
 
@@ -62,12 +69,20 @@ struct Move {
   double ms;
 };
 
+// One control period's plan as the coordinator's status showed it.
+struct Period {
+  double polled_s;  // since the run began
+  double at_s;      // since the coordinator started
+  double max_over_mean;
+};
+
 struct Case {
   int servers;
   int workers;
   double zipf;
   double slow_speed;  // server 1's, relative to the others
   double base_speed;  // every server's: below 1 the servers saturate first
+  double rotate_at;   // seconds into the run; 0: the hot set stays
   bool migrate;
 };
 
@@ -142,8 +157,23 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   std::vector<std::vector<Pull>> pulls(c.workers);
   std::vector<std::vector<double>> step_ends(c.workers);
   std::atomic<bool> failed{false};
+  std::atomic<bool> over{false};
   const Clock::time_point start = Clock::now();
   const double offset = Seconds(began, start);
+  std::vector<Period> periods;
+  std::thread poller([&] {
+    while (!over) {
+      auto status = hetps::QueryStatus(endpoints[0], 1.0, hetps::Credentials{});
+      if (status.ok() && status->has_placement() &&
+          (periods.empty() ||
+           status->placement().at_s() != periods.back().at_s)) {
+        periods.push_back({Seconds(start, Clock::now()),
+                           status->placement().at_s(),
+                           status->placement().max_over_mean()});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   std::vector<std::thread> threads;
   for (int w = 0; w < c.workers; ++w) {
     threads.emplace_back([&, w] {
@@ -161,7 +191,13 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       std::vector<float> rows(keys_per_step * dim);
       std::vector<float> grads(keys_per_step * dim, 0.001f);
       while (!failed && Seconds(start, Clock::now()) < seconds) {
-        for (uint64_t& k : keys) k = hetps::Mix64(zipf.Sample(rng));
+        const uint64_t rotated =
+            c.rotate_at > 0 && Seconds(start, Clock::now()) >= c.rotate_at
+                ? 1000
+                : 0;
+        for (uint64_t& k : keys) {
+          k = hetps::bench::KeyOf(zipf.Sample(rng), rotated);
+        }
         const Clock::time_point t0 = Clock::now();
         auto s = (*client)->PullSparse("emb", keys, rows);
         const Clock::time_point t1 = Clock::now();
@@ -180,6 +216,8 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
     });
   }
   for (auto& t : threads) t.join();
+  over = true;
+  poller.join();
   group.StopAll(absl::Seconds(5));
   std::remove(config_path.c_str());
   if (failed) return {{"error", "a worker failed"}};
@@ -217,6 +255,30 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       }
     }
   }
+  // The plans: a plan made at coordinator time a was seen at bench time
+  // a + offset or later, so the smallest difference is the offset.
+  double plan_offset = 1e9;
+  for (const Period& p : periods) {
+    plan_offset = std::min(plan_offset, p.polled_s - p.at_s);
+  }
+  std::vector<double> steady_balance;
+  nlohmann::json after_rotation = nlohmann::json::array();
+  int periods_over = 0;
+  bool back_under = false;
+  for (const Period& p : periods) {
+    const double ended = p.at_s + plan_offset;  // in the run's seconds
+    if (ended >= from) steady_balance.push_back(p.max_over_mean);
+    if (c.rotate_at <= 0 || ended <= c.rotate_at) continue;
+    after_rotation.push_back(
+        {{"s", ended - c.rotate_at}, {"max_over_mean", p.max_over_mean}});
+    // Whole periods only (one control period, 1 s, after the rotation).
+    if (ended < c.rotate_at + 1 || back_under) continue;
+    if (p.max_over_mean <= 1.25) {
+      back_under = true;
+    } else {
+      ++periods_over;
+    }
+  }
   nlohmann::json per_move = nlohmann::json::array();
   for (size_t i = 0; i < moves.size(); ++i) {
     per_move.push_back(
@@ -243,6 +305,11 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           {"moved_buckets", moved_buckets},
           {"moved_rows", moved_rows},
           {"moved_bytes", moved_bytes},
+          {"max_over_mean_steady", hetps::Percentile(steady_balance, 0.5)},
+          {"rotate_at_s", c.rotate_at},
+          {"periods_over_1_25_after_rotation",
+           back_under ? nlohmann::json(periods_over) : nlohmann::json()},
+          {"after_rotation", after_rotation},
           {"per_move", per_move}};
 }
 
@@ -255,6 +322,8 @@ int main(int argc, char** argv) {
   std::string zipf_list = "0,1.1";
   std::string speeds_list = "0.5,1";
   double base_speed = 1;
+  double rotate_at = 0;
+  std::string placements = "static,dynamic";
   int workers = 4;
   uint64_t keys = 1024;
   uint64_t dim = 32;
@@ -273,6 +342,11 @@ int main(int argc, char** argv) {
   app.add_option("--keys", keys, "keys per pull and push");
   app.add_option("--dim", dim, "row width");
   app.add_option("--seconds", seconds, "length of each run");
+  app.add_option("--rotate-at", rotate_at,
+                 "second of the run at which the hottest 1,000 ids take new "
+                 "keys (0: never)");
+  app.add_option("--placements", placements,
+                 "which runs of each case, in this order (static, dynamic)");
   app.add_option("--out", out_path, "also write the JSON here");
   CLI11_PARSE(app, argc, argv);
 
@@ -280,10 +354,20 @@ int main(int argc, char** argv) {
   for (auto servers : absl::StrSplit(servers_list, ',')) {
     for (auto zipf : absl::StrSplit(zipf_list, ',')) {
       for (auto speed : absl::StrSplit(speeds_list, ',')) {
-        for (bool migrate : {false, true}) {
-          const Case c{std::stoi(std::string(servers)), workers,
+        for (auto placement : absl::StrSplit(placements, ',')) {
+          if (placement != "static" && placement != "dynamic") {
+            std::fprintf(stderr, "--placements: static or dynamic, not %s\n",
+                         std::string(placement).c_str());
+            return 2;
+          }
+          const bool migrate = placement == "dynamic";
+          const Case c{std::stoi(std::string(servers)),
+                       workers,
                        std::stod(std::string(zipf)),
-                       std::stod(std::string(speed)), base_speed, migrate};
+                       std::stod(std::string(speed)),
+                       base_speed,
+                       rotate_at,
+                       migrate};
           nlohmann::json row = Run(c, keys, dim, seconds);
           std::fprintf(stderr, "%s\n", row.dump().c_str());
           if (row.contains("error")) return 1;

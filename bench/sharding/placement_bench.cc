@@ -29,6 +29,7 @@
 #include "common/hash.h"
 #include "common/zipf.h"
 #include "hetps/config.h"
+#include "hot_set.h"
 #include "nlohmann/json.hpp"
 #include "shard/rebalancer.h"
 #include "shard/shard_map.h"
@@ -42,7 +43,7 @@ struct Options {
   std::vector<uint32_t> servers = {2, 4};
   std::vector<uint32_t> batches = {64, 1024};
   std::vector<double> zipf = {0, 0.99, 1.1, 1.2};
-  double slow_speed = 0.5;  // server 0's speed in the "slow" cases
+  double slow_speed = 0.5;   // server 0's speed in the "slow" cases
   uint32_t requests = 2000;  // per period
   uint32_t periods = 8;      // before the rotation, and at most after it
   uint32_t buckets = 4096;
@@ -52,11 +53,7 @@ struct Options {
 
 using Rng = SplitMix64;
 
-// The key of id `id`; ids below `rotated` take a second name (the hot set
-// after a rotation).
-uint64_t KeyOf(uint64_t id, uint64_t rotated) {
-  return Mix64(id < rotated ? id ^ 0x5bd1e995ULL << 32 : id);
-}
+using bench::KeyOf;
 
 struct Period {
   std::vector<uint64_t> bucket_rows;  // by bucket
@@ -86,8 +83,8 @@ std::vector<double> Loads(const ShardMap& map, const Period& p,
                           const std::vector<double>& cost) {
   std::vector<double> load(map.num_servers(), 0);
   for (uint32_t b = 0; b < map.num_buckets(); ++b) {
-    load[map.owner(b)] += static_cast<double>(p.bucket_rows[b]) *
-                          cost[map.owner(b)];
+    load[map.owner(b)] +=
+        static_cast<double>(p.bucket_rows[b]) * cost[map.owner(b)];
   }
   return load;
 }
@@ -141,13 +138,12 @@ nlohmann::json Cell(const Options& o, uint32_t servers, uint32_t batch,
   Rebalancer rebalancer{ShardingConfig{}};
   nlohmann::json periods = nlohmann::json::array();
   uint64_t moved = 0, moved_bytes = 0;
-  double hash_mm = 0, range_mm = 0, dynamic_mm = 0, hash_max = 0,
-         range_max = 0, dynamic_max = 0;
+  double hash_mm = 0, range_mm = 0, dynamic_mm = 0, hash_max = 0, range_max = 0,
+         dynamic_max = 0;
   int back_under = -1;
   for (uint32_t t = 0; t < 2 * o.periods; ++t) {
     const bool rotated_now = t >= o.periods;
-    const Period p =
-        Draw(o, zipf, batch, servers, rotated_now ? 1000 : 0, rng);
+    const Period p = Draw(o, zipf, batch, servers, rotated_now ? 1000 : 0, rng);
     const std::vector<double> now = Loads(map, p, cost);
     std::vector<double> range(servers);
     for (uint32_t k = 0; k < servers; ++k) range[k] = p.range_rows[k] * cost[k];
@@ -196,8 +192,9 @@ nlohmann::json Cell(const Options& o, uint32_t servers, uint32_t batch,
 
 int main(int argc, char** argv) {
   hetps::Options o;
-  CLI::App app{"placement by load: static hash, static range and the "
-               "Rebalancer's plans, by the servers' cost model"};
+  CLI::App app{
+      "placement by load: static hash, static range and the "
+      "Rebalancer's plans, by the servers' cost model"};
   app.add_option("--rows", o.rows, "ids (rows of the table)");
   app.add_option("--dim", o.dim, "floats per row (bytes moved)");
   app.add_option("--servers", o.servers, "server counts");
