@@ -128,9 +128,10 @@ struct ServerProfileConfig {
 // stays for `hold_periods` periods. With `migrate` the coordinator carries
 // each plan out by live migration (shard/bucket_mover.h) while the workers
 // train; without it the plan is advice (docs/ARCHITECTURE.md, "Placement
-// by load"). Off by default: measured in docs/BENCHMARKS.md §12 (1.2x
-// where a slow server limits the job; requests of a moving bucket wait
-// 10-20 ms). With checkpoint.dir, saves and whole-job resumes keep moved
+// by load"). Off by default: measured in docs/BENCHMARKS.md §12 (1.66x
+// the steps/s of static hash with one of 4 servers at half speed where the
+// servers limit the job; pulls that overlap a move still see 2-4x the
+// steady p99). With checkpoint.dir, saves and whole-job resumes keep moved
 // buckets exactly, and a server restarted mid-move rejoins it
 // (docs/CHECKPOINTS.md, "Bucket moves").
 struct ShardingConfig {
