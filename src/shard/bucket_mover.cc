@@ -233,24 +233,15 @@ absl::StatusOr<MoveReport> BucketMover::Move(
                 {.incarnation = seen.incarnation(), .clock = seen.clock() + 1});
     }
   }
-  if (BoundsClocks(mode_) && !cut.empty()) {
+  if (BoundsClocks(mode_)) {
     // One clock for all: a worker past its cut waits at a new owner with
     // its clock one below the cut, and the bound must let every other
-    // worker reach the cut (a worker whose own cut lay more than the
-    // window past another's would wait for that one forever). Sync takes
-    // the newest clock, so that a round is never split. Semi_async takes
-    // the oldest: the workers ahead of it are past the cut at once (their
-    // requests so far went to the old owner and are in its rows), and the
-    // rows move once the slowest has made one more step, not once it has
-    // caught up with the leader -- up to a window of its steps, during
-    // which every push past the cut waits at the new owner. The workers
-    // not yet past are the slowest, whom the bound never holds.
-    uint64_t at_clock = cut.begin()->second.clock;
-    for (const auto& [worker, at] : cut) {
-      at_clock = mode_ == ConsistencyMode::kSync ? std::max(at_clock, at.clock)
-                                                 : std::min(at_clock, at.clock);
-    }
-    for (auto& [worker, at] : cut) at.clock = at_clock;
+    // worker reach the cut (in sync a round is then never split; in
+    // semi_async a worker whose own cut lay more than the window past
+    // another's would wait for that one forever).
+    uint64_t last = 0;
+    for (const auto& [worker, at] : cut) last = std::max(last, at.clock);
+    for (auto& [worker, at] : cut) at.clock = last;
   }
   auto handover = current->WithHandover(real, cut);
   if (!handover.ok()) {

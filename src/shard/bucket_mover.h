@@ -9,13 +9,11 @@
 //      at once, and its first requests would wait at the new owner for rows
 //      that move only once the others, waiting for it (its pushes; its
 //      clock within the window), pass the cut.
-//   2. The cut: per worker, one clock past the newest any server saw; in
-//      sync and semi_async one clock for all, so that no worker's cut lies
-//      beyond the window of one waiting at a new owner -- in sync the
-//      newest of those (a round is never split), in semi_async the oldest
-//      (the workers ahead are past it at once; the rows move after one more
-//      step of the slowest); the map's next version hands each bucket over
-//      at the cut.
+//   2. The cut: per worker, one clock past the newest any server saw (in
+//      sync and semi_async, the newest of those for all: a round is never
+//      split, and no worker's cut lies beyond the window of one waiting at
+//      a new owner); the map's next version hands each bucket over at the
+//      cut.
 //      AdoptShardMap on every server: requests before the cut go to the
 //      old owner, from it to the new owner, which holds them until the
 //      rows arrive; a request split by the older map past the cut is
