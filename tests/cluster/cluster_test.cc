@@ -7,8 +7,9 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <random>
 #include <mutex>
+#include <random>
+#include <regex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -16,8 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "cli/roles.h"
 #include "cluster/pattern.h"
-#include "hetps/version.h"
 #include "hetps/ps_client.h"
+#include "hetps/version.h"
 #include "server/checkpoint.h"
 #include "server/ps_server.h"
 #include "shard/bucket_mover.h"
@@ -91,10 +92,9 @@ void RunWorkers(ProcessGroup& group, const std::string& config,
                 const std::function<void(const std::vector<std::string>&,
                                          const std::atomic<bool>&)>& during) {
   for (int w = 0; w < workers; ++w) {
-    auto pid = group.Spawn(
-        absl::StrCat("worker ", w),
-        {HETPS_PATTERN_WORKER, config, std::to_string(w),
-         std::to_string(rounds), std::to_string(pause_ms)});
+    auto pid = group.Spawn(absl::StrCat("worker ", w),
+                           {HETPS_PATTERN_WORKER, config, std::to_string(w),
+                            std::to_string(rounds), std::to_string(pause_ms)});
     EXPECT_TRUE(pid.ok()) << pid.status();
   }
   std::atomic<bool> workers_done{false};
@@ -142,8 +142,9 @@ Final RunPattern(const std::string& mode, int rounds,
                  const PatternRun& run = {}) {
   TempDir dir;
   const auto endpoints = testing::FreeEndpoints(2);
-  const std::string config = dir.Write(
-      "job.yaml", PatternConfig(mode, endpoints, run.workers, run.extra_config));
+  const std::string config =
+      dir.Write("job.yaml",
+                PatternConfig(mode, endpoints, run.workers, run.extra_config));
   ServerProcesses servers;
   EXPECT_TRUE(servers.Start(config, 2, std::chrono::seconds(30)));
   RunWorkers(servers.group(), config, endpoints, run.workers, rounds,
@@ -316,8 +317,8 @@ void MoveBucketsUntil(const std::vector<std::string>& endpoints,
 // 10-50 ms; the final values are exactly those of a run without moves.
 // Returns the moves made.
 int MoveBucketsWhileTraining(const std::string& mode, int rounds,
-                             const std::vector<uint64_t>& keys,
-                             PatternRun run, Final* final) {
+                             const std::vector<uint64_t>& keys, PatternRun run,
+                             Final* final) {
   std::atomic<int> moves{0};
   run.pause_ms = 5;
   run.during = [&](const std::vector<std::string>& endpoints,
@@ -427,8 +428,8 @@ void ResumeAfterSavesWhileBucketsMove(const CheckpointedMigration& job) {
   const std::string config = dir.Write(
       "job.yaml",
       PatternConfig(job.mode, endpoints, job.workers,
-                    absl::StrCat(job.extra_config, "checkpoint:\n  dir: ",
-                                 ckpt, "\n  max_server_restarts: 0\n")));
+                    absl::StrCat(job.extra_config, "checkpoint:\n  dir: ", ckpt,
+                                 "\n  max_server_restarts: 0\n")));
   {
     ServerProcesses servers;
     ASSERT_TRUE(servers.Start(config, 2, std::chrono::seconds(30)));
@@ -473,12 +474,12 @@ void ResumeAfterSavesWhileBucketsMove(const CheckpointedMigration& job) {
   ASSERT_TRUE(servers.Start(config, 2, std::chrono::seconds(30), {"--resume"}));
   ExpectValues(ReadFinal(endpoints, keys), job.expected(kFirst));
   std::atomic<int> moves{0};
-  RunWorkers(servers.group(), config, endpoints, job.workers, kSecond, 5,
-             [&](const std::vector<std::string>& eps,
-                 const std::atomic<bool>& done) {
-               MoveBucketsUntil(eps, job.mode, job.workers, done, &moves, 11,
-                                *resumed);
-             });
+  RunWorkers(
+      servers.group(), config, endpoints, job.workers, kSecond, 5,
+      [&](const std::vector<std::string>& eps, const std::atomic<bool>& done) {
+        MoveBucketsUntil(eps, job.mode, job.workers, done, &moves, 11,
+                         *resumed);
+      });
   EXPECT_GE(moves, 3);
   ExpectValues(ReadFinal(endpoints, keys),
                Sum(job.expected(kFirst), job.expected(kSecond)));
@@ -492,10 +493,9 @@ TEST(ClusterMigrationTest, AsyncSavesWhileBucketsMoveResumeExactly) {
 }
 
 TEST(ClusterMigrationTest, SyncSavesWhileBucketsMoveResumeExactly) {
-  ResumeAfterSavesWhileBucketsMove(
-      {.mode = "sync", .expected = [](int rounds) {
-         return SyncValues(CheckedKeys(), rounds);
-       }});
+  ResumeAfterSavesWhileBucketsMove({.mode = "sync", .expected = [](int rounds) {
+                                      return SyncValues(CheckedKeys(), rounds);
+                                    }});
 }
 
 TEST(ClusterMigrationTest, SemiAsyncSavesWhileBucketsMoveResumeExactly) {
@@ -505,26 +505,33 @@ TEST(ClusterMigrationTest, SemiAsyncSavesWhileBucketsMoveResumeExactly) {
   for (uint64_t key : CheckedKeys()) {
     if (key < 1200) shared.push_back(key);
   }
-  ResumeAfterSavesWhileBucketsMove(
-      {.mode = "semi_async",
-       .workers = 2,
-       .extra_config = R"(semi_async:
+  ResumeAfterSavesWhileBucketsMove({.mode = "semi_async",
+                                    .workers = 2,
+                                    .extra_config = R"(semi_async:
   window_min: 2
   window_max: 2
   adapt_window: false
   staleness_decay: 0
 )",
-       .expected = [shared](int rounds) {
-         return EachPushOnceValues(shared, rounds, 2, 0.5f);
-       }});
+                                    .expected = [shared](int rounds) {
+                                      return EachPushOnceValues(shared, rounds,
+                                                                2, 0.5f);
+                                    }});
 }
 
 // `hetps server` of rank `rank` saving every 5 applies under `ckpt_dir`.
 std::vector<std::string> SavingServer(const std::string& config,
                                       const std::string& ckpt_dir, int rank) {
-  return {testing::HetpsBinary(), "server", "--config", config, "--rank",
-          std::to_string(rank), "--checkpoint-dir", ckpt_dir,
-          "--checkpoint-every", "5"};
+  return {testing::HetpsBinary(),
+          "server",
+          "--config",
+          config,
+          "--rank",
+          std::to_string(rank),
+          "--checkpoint-dir",
+          ckpt_dir,
+          "--checkpoint-every",
+          "5"};
 }
 
 // Servers 0 and 1 (SavingServer) in `group`, whose line callback counts
@@ -562,7 +569,8 @@ absl::StatusOr<pid_t> StartSavingJob(ProcessGroup& group,
 // that the killed server applied after its newest checkpoint (or move
 // record) of that row: what the checkpoint contract allows, and no more —
 // no row goes back further, loses its state or gets a push twice.
-TEST(ClusterMigrationTest, AServerKilledWhileBucketsMoveLosesOnlyWhatItsCheckpointAllows) {
+TEST(ClusterMigrationTest,
+     AServerKilledWhileBucketsMoveLosesOnlyWhatItsCheckpointAllows) {
   constexpr int kLongRounds = 120;
   TempDir dir;
   const auto endpoints = testing::FreeEndpoints(2);
@@ -573,14 +581,13 @@ TEST(ClusterMigrationTest, AServerKilledWhileBucketsMoveLosesOnlyWhatItsCheckpoi
   ProcessGroup group([&](const std::string&, const std::string& line) {
     if (line.rfind(kListeningPrefix, 0) == 0) ++listening;
   });
-  auto server1 = StartSavingJob(group, listening, config_path, ckpt_dir,
-                                kLongRounds, 20);
+  auto server1 =
+      StartSavingJob(group, listening, config_path, ckpt_dir, kLongRounds, 20);
   ASSERT_TRUE(server1.ok()) << server1.status();
   std::atomic<int> moves{0};
   std::atomic<bool> stop_moving{false};
-  std::thread mover([&] {
-    MoveBucketsUntil(endpoints, "async", 1, stop_moving, &moves);
-  });
+  std::thread mover(
+      [&] { MoveBucketsUntil(endpoints, "async", 1, stop_moving, &moves); });
 
   // Kill server 1 once it has checkpointed push 20 or later, and buckets
   // have moved.
@@ -642,16 +649,17 @@ TEST(ClusterMigrationTest, AServerKilledWhileBucketsMoveLosesOnlyWhatItsCheckpoi
   for (const auto& [k, row] : final.rows) {
     const uint64_t key = k;  // a lambda may not capture a binding (C++17)
     for (uint64_t c = 0; c < pattern::kDim; ++c) {
-      auto fits = lost_at_most_one_run(
-          [&](int r) { return WorkerGrad(0, r, key, c); });
-      EXPECT_TRUE(fits(row[c])) << "key " << key << " column " << c << ": "
-                                << row[c];
+      auto fits =
+          lost_at_most_one_run([&](int r) { return WorkerGrad(0, r, key, c); });
+      EXPECT_TRUE(fits(row[c]))
+          << "key " << key << " column " << c << ": " << row[c];
     }
   }
   for (uint64_t i = 0; i < pattern::kDenseSize; ++i) {
-    auto fits =
-        lost_at_most_one_run([&](int r) { return pattern::GradOf(0, r, i, 0); });
-    EXPECT_TRUE(fits(final.dense[i])) << "dense " << i << ": " << final.dense[i];
+    auto fits = lost_at_most_one_run(
+        [&](int r) { return pattern::GradOf(0, r, i, 0); });
+    EXPECT_TRUE(fits(final.dense[i]))
+        << "dense " << i << ": " << final.dense[i];
   }
   group.StopAll(absl::Seconds(5));
 }
@@ -678,8 +686,8 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
       restarted_output.push_back(line);
     }
   });
-  auto server1 = StartSavingJob(group, listening, config_path, ckpt_dir,
-                                kLongRounds, 40);
+  auto server1 =
+      StartSavingJob(group, listening, config_path, ckpt_dir, kLongRounds, 40);
   ASSERT_TRUE(server1.ok()) << server1.status();
 
   // Kill server 1 once it has checkpointed round 20 or later.
@@ -722,16 +730,19 @@ TEST(ClusterTest, KilledServerResumesFromItsCheckpointPlusTheLaterRounds) {
   EXPECT_EQ(done->exit_code, 0) << "the worker must wait and retry";
 
   // The first round the restarted server applied: the rounds before it
-  // closed empty there (logged).
+  // closed empty there (logged, "E of rounds A..B ... closed empty"). The
+  // rounds A..B closed together, and those that had pushes are the last
+  // B - A + 1 - E of them (the worker's retried push of the round it was
+  // in when the server died, when that push arrived before the close), so
+  // the first applied is A + E, not always B + 1.
   int first_applied = -1;
   {
     std::lock_guard<std::mutex> lock(mu);
+    const std::regex closed(R"((\d+) of rounds (\d+)\.\.(\d+) .*closed empty)");
     for (const std::string& line : restarted_output) {
-      const size_t at = line.find("closed empty");
-      const size_t rounds = line.find("of rounds ");
-      if (at == std::string::npos || rounds == std::string::npos) continue;
-      const size_t dots = line.find("..", rounds);
-      first_applied = std::stoi(line.substr(dots + 2)) + 1;
+      std::smatch m;
+      if (!std::regex_search(line, m, closed)) continue;
+      first_applied = std::stoi(m[2]) + std::stoi(m[1]);
     }
   }
   ASSERT_GE(first_applied, saved_round)
