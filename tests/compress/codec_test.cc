@@ -38,13 +38,7 @@ CodecSpec Spec(CodecKind kind, double keep_fraction = 0,
       .kind = kind, .keep_fraction = keep_fraction, .int8_block = int8_block};
 }
 
-std::vector<float> RandomValues(size_t n, uint64_t seed, float scale = 1) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0, scale);
-  std::vector<float> values(n);
-  for (float& v : values) v = normal(rng);
-  return values;
-}
+using testing::RandomValues;
 
 std::vector<float> DecodedDense(const std::string& payload, size_t n) {
   std::vector<float> out(n, -1.0f);

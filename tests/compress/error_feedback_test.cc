@@ -25,13 +25,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-std::vector<float> RandomValues(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0, 1);
-  std::vector<float> values(n);
-  for (float& v : values) v = normal(rng);
-  return values;
-}
+using testing::RandomValues;
 
 double Norm(const std::vector<double>& v) {
   double squares = 0;

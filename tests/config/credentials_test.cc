@@ -21,7 +21,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+using testing::kInvalid;
 
 std::function<const char*(const char*)> Env(
     const std::map<std::string, std::string>& vars) {

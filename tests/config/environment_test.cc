@@ -15,7 +15,7 @@ using ::hetps::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+using testing::kInvalid;
 
 // A fake environment: only the variables in the map are set.
 class FakeEnv {

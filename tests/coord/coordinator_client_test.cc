@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "gmock/gmock.h"
-#include "hetps_mock.grpc.pb.h"
+#include "support/mock_stubs.h"
 #include "support/fake_clock.h"
 
 namespace hetps {

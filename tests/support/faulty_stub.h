@@ -26,7 +26,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "hetps.grpc.pb.h"
-#include "hetps_mock.grpc.pb.h"
+#include "support/mock_stubs.h"
 
 namespace hetps::testing {
 

@@ -21,6 +21,14 @@
 
 namespace hetps::testing {
 
+std::vector<float> RandomValues(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0, scale);
+  std::vector<float> values(n);
+  for (float& v : values) v = normal(rng);
+  return values;
+}
+
 std::vector<std::string> FreeEndpoints(int count) {
   auto ports = PickFreePorts("127.0.0.1", count);
   EXPECT_TRUE(ports.ok()) << ports.status();

@@ -40,6 +40,12 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
       message_matcher, std::string(s.message()), result_listener);
 }
 
+// The code of a refused argument, config field or request.
+inline constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+
+// `n` values drawn from N(0, scale²), the same for the same `seed`.
+std::vector<float> RandomValues(size_t n, uint64_t seed, float scale = 1);
+
 // `count` distinct "127.0.0.1:port" endpoints free a moment ago.
 std::vector<std::string> FreeEndpoints(int count);
 

@@ -16,7 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 
-TableConfig MakeConfig(uint64_t dim, const std::string& optimizer,
+TableConfig MakeDenseConfig(uint64_t dim, const std::string& optimizer,
                        const std::string& init, float lr) {
   TableConfig config;
   config.name = "mlp";
@@ -38,7 +38,7 @@ DenseTable MakeTable(const TableConfig& config, uint64_t offset,
 }
 
 TEST(DenseTableTest, SlicesAgreeWithTheFullArray) {
-  const TableConfig config = MakeConfig(10, "adagrad", "normal", 0.1f);
+  const TableConfig config = MakeDenseConfig(10, "adagrad", "normal", 0.1f);
   const DenseTable full = MakeTable(config, 0, 10);
   const DenseTable head = MakeTable(config, 0, 4);
   const DenseTable tail = MakeTable(config, 4, 6);
@@ -58,7 +58,7 @@ TEST(DenseTableTest, SlicesAgreeWithTheFullArray) {
 }
 
 TEST(DenseTableTest, SgdPushesApplyExactly) {
-  DenseTable table = MakeTable(MakeConfig(3, "sgd", "zero", 0.5f), 0, 3);
+  DenseTable table = MakeTable(MakeDenseConfig(3, "sgd", "zero", 0.5f), 0, 3);
   EXPECT_EQ(table.update_count(), 0u);
   std::vector<float> w(3);
   table.Pull(w);
@@ -74,7 +74,7 @@ TEST(DenseTableTest, SgdPushesApplyExactly) {
 }
 
 TEST(DenseTableTest, AdamUsesTheSliceUpdateCountAsStep) {
-  TableConfig config = MakeConfig(2, "adam", "zero", 0.1f);
+  TableConfig config = MakeDenseConfig(2, "adam", "zero", 0.1f);
   config.optimizer.beta1 = 0.9f;
   config.optimizer.beta2 = 0.999f;
   config.optimizer.epsilon = 1e-8f;

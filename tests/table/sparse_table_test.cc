@@ -23,7 +23,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::FloatEq;
 
-TableConfig MakeConfig(uint64_t dim, const std::string& optimizer,
+TableConfig MakeSparseConfig(uint64_t dim, const std::string& optimizer,
                        const std::string& init, float lr = 0.5f,
                        uint64_t seed = 2026) {
   TableConfig config;
@@ -53,7 +53,7 @@ std::vector<float> PullAll(SparseTable& table,
 }
 
 TEST(SparseTableTest, RowsStartFromTheDeterministicInitializer) {
-  const TableConfig config = MakeConfig(4, "sgd", "uniform");
+  const TableConfig config = MakeSparseConfig(4, "sgd", "uniform");
   // Different stripe counts and key orders: placement must not matter.
   auto a = MakeTable(config, 8);
   auto b = MakeTable(config, 1);
@@ -77,7 +77,7 @@ TEST(SparseTableTest, RowsStartFromTheDeterministicInitializer) {
   EXPECT_NE(from_a[0], from_a[1]);
   EXPECT_NE(from_a[0], from_a[4]);
 
-  auto other_seed = MakeTable(MakeConfig(4, "sgd", "uniform", 0.5f, 7));
+  auto other_seed = MakeTable(MakeSparseConfig(4, "sgd", "uniform", 0.5f, 7));
   const std::vector<float> from_other = PullAll(*other_seed, keys);
   int same = 0;
   for (size_t i = 0; i < from_a.size(); ++i) same += from_a[i] == from_other[i];
@@ -85,7 +85,7 @@ TEST(SparseTableTest, RowsStartFromTheDeterministicInitializer) {
 }
 
 TEST(SparseTableTest, ZeroInitGivesZeros) {
-  auto table = MakeTable(MakeConfig(3, "adagrad", "zero"));
+  auto table = MakeTable(MakeSparseConfig(3, "adagrad", "zero"));
   EXPECT_THAT(PullAll(*table, {5, 6}), ::testing::Each(0.0f));
 }
 
@@ -119,7 +119,7 @@ TEST(SparseTableTest, InitializerDistributionsHaveTheirScale) {
 }
 
 TEST(SparseTableTest, PullOfDuplicateKeysCreatesOneRow) {
-  auto table = MakeTable(MakeConfig(2, "sgd", "uniform"));
+  auto table = MakeTable(MakeSparseConfig(2, "sgd", "uniform"));
   const std::vector<float> out = PullAll(*table, {7, 7, 9, 7});
   EXPECT_EQ(table->size(), 2u);
   EXPECT_THAT(std::vector<float>(out.begin() + 2, out.begin() + 4),
@@ -130,7 +130,7 @@ TEST(SparseTableTest, PullOfDuplicateKeysCreatesOneRow) {
 }
 
 TEST(SparseTableTest, PushAppliesSgdExactly) {
-  auto table = MakeTable(MakeConfig(2, "sgd", "zero", 0.5f));
+  auto table = MakeTable(MakeSparseConfig(2, "sgd", "zero", 0.5f));
   // w -= 0.5 g from 0: key 3 → [-0.5, -1], key 5 → [2, -0.25].
   table->Push(std::vector<uint64_t>{3, 5},
               std::vector<float>{1.0f, 2.0f, -4.0f, 0.5f});
@@ -145,7 +145,7 @@ TEST(SparseTableTest, PushAppliesSgdExactly) {
 }
 
 TEST(SparseTableTest, PushCreatesMissingRowsFromTheirInitialValue) {
-  const TableConfig config = MakeConfig(1, "sgd", "uniform", 0.5f);
+  const TableConfig config = MakeSparseConfig(1, "sgd", "uniform", 0.5f);
   auto table = MakeTable(config);
   table->Push(std::vector<uint64_t>{77}, std::vector<float>{0.25f});
   std::vector<float> row(1);
@@ -159,7 +159,7 @@ TEST(SparseTableTest, OptimizerStateIsKeptPerRow) {
   //   a = 25 → w = -0.5 - 0.5*4/5 = -0.9.
   // key 2 gets g = 4 once: a = 16 → w = -0.5*4/4 = -0.5 (not sharing key 1's
   //   accumulator, which would give -0.4).
-  TableConfig config = MakeConfig(1, "adagrad", "zero", 0.5f);
+  TableConfig config = MakeSparseConfig(1, "adagrad", "zero", 0.5f);
   config.optimizer.initial_accumulator = 0.0f;
   auto table = MakeTable(config, 1);
   table->Push(std::vector<uint64_t>{1}, std::vector<float>{3.0f});
@@ -170,7 +170,7 @@ TEST(SparseTableTest, OptimizerStateIsKeptPerRow) {
 }
 
 TEST(SparseTableTest, LookupDoesNotCreate) {
-  auto table = MakeTable(MakeConfig(3, "sgd", "uniform"));
+  auto table = MakeTable(MakeSparseConfig(3, "sgd", "uniform"));
   std::vector<float> row(3, 9.0f);
   EXPECT_FALSE(table->Lookup(10, row));
   EXPECT_THAT(row, ::testing::Each(9.0f));
@@ -182,7 +182,7 @@ TEST(SparseTableTest, LookupDoesNotCreate) {
 }
 
 TEST(SparseTableTest, ForEachRowVisitsEveryRowOnce) {
-  auto table = MakeTable(MakeConfig(2, "sgd", "zero", 1.0f), 4);
+  auto table = MakeTable(MakeSparseConfig(2, "sgd", "zero", 1.0f), 4);
   std::vector<uint64_t> keys;
   for (uint64_t k = 0; k < 100; ++k) keys.push_back(k * 1000003);
   PullAll(*table, keys);
@@ -221,7 +221,7 @@ TEST(SparseTableTest, ForEachRowVisitsEveryRowOnce) {
 }
 
 TEST(SparseTableTest, ConcurrentPushesLoseNoUpdates) {
-  auto table = MakeTable(MakeConfig(2, "sgd", "zero", 1.0f), 16);
+  auto table = MakeTable(MakeSparseConfig(2, "sgd", "zero", 1.0f), 16);
   constexpr int kThreads = 4;
   constexpr int kRounds = 200;
   constexpr uint64_t kKeys = 1000;
@@ -257,7 +257,7 @@ TEST(SparseTableTest, ConcurrentPushesLoseNoUpdates) {
 }
 
 TEST(SparseTableTest, ManyKeysAcrossStripes) {
-  auto table = MakeTable(MakeConfig(1, "sgd", "zero", 1.0f), 64);
+  auto table = MakeTable(MakeSparseConfig(1, "sgd", "zero", 1.0f), 64);
   // Half random 64-bit ids, half structured (field << 32 | id), which must
   // not pile onto a few stripes or collide with each other.
   constexpr size_t kCount = 300000;
@@ -293,7 +293,7 @@ TEST(SparseTableTest, ManyKeysAcrossStripes) {
 TEST(SparseTableTest, LargePullWithDuplicatesCreatesEachRowOnce) {
   // Large enough to be split between two threads; every key appears once in
   // each half of the request, so both halves' copies meet in one stripe.
-  const TableConfig config = MakeConfig(2, "sgd", "uniform");
+  const TableConfig config = MakeSparseConfig(2, "sgd", "uniform");
   auto table = MakeTable(config, 64);
   constexpr uint64_t kDistinct = 150000;
   std::vector<uint64_t> keys;
@@ -313,7 +313,7 @@ TEST(SparseTableTest, LargePullWithDuplicatesCreatesEachRowOnce) {
 }
 
 TEST(SparseTableTest, ConcurrentLargePushesLoseNoUpdates) {
-  auto table = MakeTable(MakeConfig(1, "sgd", "zero", 1.0f), 64);
+  auto table = MakeTable(MakeSparseConfig(1, "sgd", "zero", 1.0f), 64);
   constexpr uint64_t kKeys = 250000;
   std::vector<uint64_t> keys;
   for (uint64_t k = 0; k < kKeys; ++k) keys.push_back(k << 20 | 3);
@@ -366,7 +366,7 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   // Enough rows in one stripe to span several chunks (dim 16 with adagrad:
   // 34 floats a row, ~7700 rows a chunk), every row trained once so its
   // weights, accumulator and count differ from a fresh row's.
-  const TableConfig config = MakeConfig(16, "adagrad", "uniform");
+  const TableConfig config = MakeSparseConfig(16, "adagrad", "uniform");
   auto table = MakeTable(config, 1);
   constexpr uint64_t kRows = 20000;
   std::vector<float> grads;
@@ -424,7 +424,7 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
 // snapshot is read.
 TEST(SparseTableTest, ASnapshotHoldsItsInstantWhileWritesGoOn) {
   // Two stripes of ~15000 rows: two chunks each (~7700 rows a chunk).
-  const TableConfig config = MakeConfig(16, "adagrad", "uniform");
+  const TableConfig config = MakeSparseConfig(16, "adagrad", "uniform");
   auto table = MakeTable(config, 2);
   std::vector<float> grads;
   const std::vector<uint64_t> keys = TrainOnce(*table, 30000, &grads);
