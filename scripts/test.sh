@@ -7,12 +7,23 @@
 # -Wthread-safety as errors) and runs the tests a third time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step prints what it took, so a CI log shows where the time goes.
+step_began=$SECONDS
+took() {
+  echo "[test.sh] $1 took $((SECONDS - step_began)) s (total $SECONDS s)"
+  step_began=$SECONDS
+}
 scripts/deps.sh
+took packages
 scripts/build.sh build
+took "release build"
 # Unit tests two at a time; cluster tests are RUN_SERIAL (they time things).
 (cd build && ctest -j2 --output-on-failure --timeout 600)
+took "release tests"
 scripts/fuzz.sh 60
+took "fuzz build and run"
 scripts/build.sh build-asan -DHETPS_SANITIZE=ON -DHETPS_BUILD_BENCH=OFF
+took "ASan build"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The sanitizer builds have no Python module (a plain python3 cannot load
@@ -38,12 +49,15 @@ quality+='|MainJobIsQuietAndKeepsItsRunDirectory'
 quality+='|Diagnostics.CleanRunShowsNone|Diagnostics.SlowedWorkerIsSlow'
 quality+='|Calibrate.FindsTheReferenceProfilesAndTunesNoSlower'
 (cd build-asan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
+took "ASan tests"
 # ThreadSanitizer: Debian's abseil and gRPC are not built with it, so
 # tests/support/tsan_absl.cc shows abseil's Mutex to TSan, only accesses
 # made by our code are judged (ignore_noninstrumented_modules), and
 # tests/tsan.supp leaves out the one report about gRPC's own hand-over.
 scripts/build.sh build-tsan -DCMAKE_CXX_COMPILER=clang++ -DHETPS_TSAN=ON \
   -DHETPS_BUILD_BENCH=OFF
+took "TSan build"
 export TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1"
 TSAN_OPTIONS+=" suppressions=$PWD/tests/tsan.supp"
 (cd build-tsan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
+took "TSan tests"
