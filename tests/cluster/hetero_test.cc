@@ -579,24 +579,31 @@ std::thread LaunchTwoServerJob(const TempDir& dir, const std::string& config,
   });
 }
 
-TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
-  // Server 1 emulates a machine at a quarter of this one's speed: equal
-  // rows, four times the service time. The coordinator's Rebalancer plans
-  // to move buckets off it, and status shows the plan (advice: without
+TEST(HeteroClusterTest, PlacementPlansBucketsOffATenthSpeedServer) {
+  // Server 1 emulates a machine at a tenth of this one's speed: equal rows,
+  // ten times the CPU time. The coordinator's Rebalancer plans to move
+  // buckets off it, and status shows the plan (advice: without
   // sharding.migrate buckets do not move).
   TempDir dir;
   const std::vector<std::string> endpoints = testing::FreeEndpoints(2);
   const std::string config = dir.Write(
       "job.yaml", MixedJob("semi_async", 8) +
-                      "server_profiles: [{ranks: [1], speed: 0.25}]\n");
+                      "server_profiles: [{ranks: [1], speed: 0.1}]\n");
   std::atomic<bool> over{false};
   testing::CommandResult launched;
   std::thread launcher =
       LaunchTwoServerJob(dir, config, endpoints, 8, launched, over);
-  // Until a status shows a plan with moves (or the job ends without one).
+  // The service time is the wall time plus the emulated extra (nine times
+  // the CPU time), so time off the CPU (preemption on a loaded machine, a
+  // sanitizer) dilutes the ratio: 1.13 was read at a quarter speed under
+  // ASan on a busy CI machine. The largest plan of the job is judged.
+  double largest = 0;
   const nlohmann::json status =
-      StatusWhen(endpoints[0], over, [](const nlohmann::json& j) {
-        return j.contains("placement") && j["placement"].value("moves", 0u) > 0;
+      StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
+        if (!j.contains("placement")) return false;
+        largest =
+            std::max(largest, j["placement"].value("max_over_mean", 0.0));
+        return j["placement"].value("moves", 0u) > 0 && largest > 1.3;
       });
   const nlohmann::json placement =
       status.empty() ? nlohmann::json() : status["placement"];
@@ -605,10 +612,11 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
       std::chrono::seconds(20));
   launcher.join();
   ASSERT_EQ(launched.exit_code, 0) << launched.output;
-  ASSERT_TRUE(placement.is_object()) << "no plan with moves during the job";
-  // A quarter speed: server 1 spends ~4x the time on as many rows, so
-  // max/mean ~1.6; the plan moves buckets from 1 to 0 only.
-  EXPECT_GT(placement["max_over_mean"].get<double>(), 1.3) << placement;
+  // Server 1 spends up to ~10x the time on as many rows (max/mean up to
+  // 1.8); the plan moves buckets from 1 to 0 only.
+  ASSERT_TRUE(placement.is_object())
+      << "no plan with moves above max/mean 1.3 during the job; largest "
+      << largest;
   EXPECT_LT(placement["planned_max_over_mean"].get<double>(),
             placement["max_over_mean"].get<double>())
       << placement;
@@ -619,7 +627,7 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffAQuarterSpeedServer) {
   EXPECT_GT(placement["bytes"].get<uint64_t>(), 0u);
   std::ifstream server1(dir.path() + "/run/server-1.log");
   const std::string log((std::istreambuf_iterator<char>(server1)), {});
-  EXPECT_THAT(log, HasSubstr("emulated server: 25% speed"));
+  EXPECT_THAT(log, HasSubstr("emulated server: 10% speed"));
   if (text.exit_code == 0) {  // the job may have ended meanwhile
     EXPECT_THAT(text.output, HasSubstr("placement: load max/mean"));
   }
