@@ -229,7 +229,10 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
     steps += std::count_if(ends.begin(), ends.end(),
                            [&](double t) { return t >= from; });
   }
-  std::vector<double> steady, during;
+  // `before`: pulls in the half second before a move that overlap none, the
+  // baseline at the same phase of the run (the last third's balance is
+  // better than the first moves', which are made on an unbalanced cluster).
+  std::vector<double> steady, during, before;
   std::lock_guard lock(moves_mu);
   // Per move: its pulls against those of the half second before it (the
   // same phase of the run, no move).
@@ -238,6 +241,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   for (const auto& list : pulls) {
     for (const Pull& p : list) {
       bool overlaps = false;
+      bool in_window = false;
       for (size_t i = 0; i < moves.size(); ++i) {
         const double begin = moves[i].end_s - moves[i].ms / 1e3;
         const double end = p.start_s + p.ms / 1e3;
@@ -246,12 +250,14 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           in_move[i].push_back(p.ms);
         } else if (p.start_s >= begin - 0.5 && end < begin) {
           before_move[i].push_back(p.ms);
+          in_window = true;
         }
       }
       if (overlaps) {
         during.push_back(p.ms);
-      } else if (p.start_s - offset >= from) {
-        steady.push_back(p.ms);
+      } else {
+        if (in_window) before.push_back(p.ms);
+        if (p.start_s - offset >= from) steady.push_back(p.ms);
       }
     }
   }
@@ -301,6 +307,8 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           {"pulls_during_moves", during.size()},
           {"pull_p50_during_moves_ms", hetps::Percentile(during, 0.5)},
           {"pull_p99_during_moves_ms", hetps::Percentile(during, 0.99)},
+          {"pulls_before_moves", before.size()},
+          {"pull_p99_before_moves_ms", hetps::Percentile(before, 0.99)},
           {"moves", moves.size()},
           {"moved_buckets", moved_buckets},
           {"moved_rows", moved_rows},
