@@ -41,14 +41,17 @@ quality+='|OneAndFourSyncWorkersReachTheSameAuc'
 quality+='|SemiAsyncEndsAsAccurateAsSyncOnGeneratedCriteo'
 quality+='|SemiAsyncWarmsUpPastTheHotRowPlateau'
 # (and the adaptive codec's choice, which follows compute time)
-quality+='|MainJobOnSixHostsWithA10MbitWorker'
 quality+='|MainJobIsQuietAndKeepsItsRunDirectory'
-# (a sanitized worker computes below its emulated profile: slow_worker is
-# then the right diagnosis for every worker, and calibration measures the
-# sanitizer, not the profile)
-quality+='|Diagnostics.CleanRunShowsNone|Diagnostics.SlowedWorkerIsSlow'
-quality+='|Calibrate.FindsTheReferenceProfilesAndTunesNoSlower'
-(cd build-asan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
+# (every diagnosis of SPEC §6 is judged from a real run's timings, and a
+# sanitized worker computes below its emulated profile: slow_worker is then
+# the right diagnosis for every worker; calibration measures the sanitizer,
+# not the profile. The diagnostics' code runs sanitized in
+# tests/coord/diagnostics_test.cc.)
+quality+='|Diagnostics\.|Calibrate.FindsTheReferenceProfilesAndTunesNoSlower'
+# The tests labelled "integration" (tests/CMakeLists.txt: Chromium,
+# Prometheus, mpirun, network namespaces) run in the release pass only.
+(cd build-asan && ctest -j2 --output-on-failure --timeout 900 -E "$quality" \
+  -LE integration)
 took "ASan tests"
 # ThreadSanitizer: Debian's abseil and gRPC are not built with it, so
 # tests/support/tsan_absl.cc shows abseil's Mutex to TSan, only accesses
@@ -59,5 +62,6 @@ scripts/build.sh build-tsan -DCMAKE_CXX_COMPILER=clang++ -DHETPS_TSAN=ON \
 took "TSan build"
 export TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1"
 TSAN_OPTIONS+=" suppressions=$PWD/tests/tsan.supp"
-(cd build-tsan && ctest -j2 --output-on-failure --timeout 900 -E "$quality")
+(cd build-tsan && ctest -j2 --output-on-failure --timeout 900 -E "$quality" \
+  -LE integration)
 took "TSan tests"
