@@ -185,13 +185,11 @@ class Aggregator {
   // pulls wait meanwhile.
   virtual void RunBetweenApplies(const std::function<void(uint64_t)>& fn) = 0;
 
-  // As RunBetweenApplies, after applying what is held for a later apply
-  // (semi_async: the queue, now) so that `fn` sees every gradient received
-  // (a bucket handed to another server takes them along). Sync's open
-  // rounds stay open.
-  virtual void RunAfterApplyingQueued(const std::function<void(uint64_t)>& fn) {
-    RunBetweenApplies(fn);
-  }
+  // Applies now what is held for a later apply (semi_async: the queue), so
+  // that the tables hold every gradient received (a bucket handed to
+  // another server takes them along). Sync's open rounds stay open; async
+  // holds nothing.
+  virtual void ApplyQueued() {}
 
   // semi_async: the new window (>= 1); other modes ignore it.
   virtual void SetWindow(uint32_t) {}

@@ -378,31 +378,37 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
     handed_ = std::move(handed);
   }
   const absl::Time began = absl::Now();
+  // semi_async's queue applied, the rows hold every gradient pushed for
+  // these buckets: every push before the cut was answered, and none can
+  // come here now (a push past the cut goes to the new owner, a request
+  // split by an older map is refused, and reads of these buckets stopped
+  // above). So the rows are taken while other buckets' pushes, applies and
+  // pulls go on: each stripe is locked only while it is visited (a save
+  // waits for the move to settle: RunWithoutMoves).
+  aggregator_->ApplyQueued();
   uint64_t extracted = 0;
-  aggregator_->RunAfterApplyingQueued([&](uint64_t) {
-    for (const auto& [name, table] : sparse_) {
-      rpc::MovedTable* moved = rows.add_tables();
-      moved->set_table(name);
-      std::vector<uint64_t> keys;
-      std::vector<float> weights;
-      std::vector<float> state;
-      table->ExtractRows(
-          [&](uint64_t key) {
-            return buckets.contains(BucketOfKey(key, num_buckets));
-          },
-          [&](uint64_t key, std::span<const float> w, std::span<const float> s,
-              uint64_t updates) {
-            keys.push_back(key);
-            weights.insert(weights.end(), w.begin(), w.end());
-            state.insert(state.end(), s.begin(), s.end());
-            moved->add_update_counts(updates);
-          });
-      AssignBytes<uint64_t>(moved->mutable_keys(), keys);
-      AssignBytes<float>(moved->mutable_weights(), weights);
-      AssignBytes<float>(moved->mutable_state(), state);
-      extracted += keys.size();
-    }
-  });
+  for (const auto& [name, table] : sparse_) {
+    rpc::MovedTable* moved = rows.add_tables();
+    moved->set_table(name);
+    std::vector<uint64_t> keys;
+    std::vector<float> weights;
+    std::vector<float> state;
+    table->ExtractRows(
+        [&](uint64_t key) {
+          return buckets.contains(BucketOfKey(key, num_buckets));
+        },
+        [&](uint64_t key, std::span<const float> w, std::span<const float> s,
+            uint64_t updates) {
+          keys.push_back(key);
+          weights.insert(weights.end(), w.begin(), w.end());
+          state.insert(state.end(), s.begin(), s.end());
+          moved->add_update_counts(updates);
+        });
+    AssignBytes<uint64_t>(moved->mutable_keys(), keys);
+    AssignBytes<float>(moved->mutable_weights(), weights);
+    AssignBytes<float>(moved->mutable_state(), state);
+    extracted += keys.size();
+  }
   spdlog::info(
       "server {}: handed over {} buckets, {} rows ({:.1f} MB) in "
       "{:.1f} ms",

@@ -123,11 +123,9 @@ class SemiAsyncAggregator final : public Aggregator {
     fn(applied_);
   }
 
-  void RunAfterApplyingQueued(
-      const std::function<void(uint64_t)>& fn) override {
+  void ApplyQueued() override {
     absl::MutexLock lock(&mu_);
     if (queued_ > 0) ApplyQueue();
-    fn(applied_);
   }
 
   uint32_t window() const override {
