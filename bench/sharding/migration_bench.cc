@@ -158,6 +158,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   std::vector<std::vector<double>> step_ends(c.workers);
   std::atomic<bool> failed{false};
   std::atomic<bool> over{false};
+  std::atomic<int> finished{0};
   const Clock::time_point start = Clock::now();
   const double offset = Seconds(began, start);
   std::vector<Period> periods;
@@ -190,7 +191,17 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       std::vector<uint64_t> keys(keys_per_step);
       std::vector<float> rows(keys_per_step * dim);
       std::vector<float> grads(keys_per_step * dim, 0.001f);
-      while (!failed && Seconds(start, Clock::now()) < seconds) {
+      // A worker whose time is up keeps stepping (unrecorded) until every
+      // worker's is: a move begun at the end waits for all of them to pass
+      // its cut, and a worker held at a new owner for it would wait forever.
+      bool done = false;
+      while (!failed) {
+        const bool timed = Seconds(start, Clock::now()) < seconds;
+        if (!timed && !done) {
+          done = true;
+          ++finished;
+        }
+        if (finished == c.workers) break;
         const uint64_t rotated =
             c.rotate_at > 0 && Seconds(start, Clock::now()) >= c.rotate_at
                 ? 1000
@@ -208,6 +219,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           failed = true;
           return;
         }
+        if (!timed) continue;
         pulls[w].push_back(
             {offset + Seconds(start, t0),
              std::chrono::duration<double, std::milli>(t1 - t0).count()});
