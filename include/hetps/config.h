@@ -130,10 +130,11 @@ struct ServerProfileConfig {
 // train; without it the plan is advice (docs/ARCHITECTURE.md, "Placement
 // by load"). Off by default: measured in docs/BENCHMARKS.md §12 (1.66x
 // the steps/s of static hash with one of 4 servers at half speed where the
-// servers limit the job; pulls that overlap a move still see 2-4x the
-// steady p99). With checkpoint.dir, saves and whole-job resumes keep moved
-// buckets exactly, and a server restarted mid-move rejoins it
-// (docs/CHECKPOINTS.md, "Bucket moves").
+// servers limit the job, and in the hetero job with slow servers the target
+// AUC as soon or sooner, 1.5x sooner on generated Criteo; pulls that
+// overlap a move still see 2-4x the steady p99). With checkpoint.dir,
+// saves and whole-job resumes keep moved buckets exactly, and a server
+// restarted mid-move rejoins it (docs/CHECKPOINTS.md, "Bucket moves").
 struct ShardingConfig {
   bool migrate = false;
   double trigger = 1.10;
@@ -162,12 +163,20 @@ struct ServerOptions {
 // (semi_async) these defaults cut pulled bytes by 33% on MovieLens at the
 // same AUC, but by 51-73% on generated Criteo data (Zipf 1.1) at an AUC
 // 0.005-0.048 lower — the hot rows are the ones every apply moves; a bound
-// of one window (17) lost 0.034 there (docs/BENCHMARKS.md §10).
+// of one window (17) lost 0.034 there (docs/BENCHMARKS.md §10). With
+// `max_drift` each row gets its own bound within max_lag, from how fast it
+// moves, and half the bytes go at the same AUC — but at 0.1 on that Criteo
+// data (max_lag 0, hot_share 0.002: 56% cut) and 1 on MovieLens (54%); no
+// one value does both, so it is 0 (off) by default.
 struct HotRowsConfig {
   bool enabled = false;
   double hot_share = 0.05;
   uint64_t max_lag = 5;
   uint64_t max_rows = 1 << 20;  // rows kept, per table
+  // > 0: each row's own bound, within max_lag's: the applies in which it
+  // moves this share of its length at the pace it moved between the
+  // worker's last two reads of it (HotRowCache::Store).
+  double max_drift = 0;
 };
 
 struct ClientOptions {

@@ -1,7 +1,9 @@
 #include "client/hot_row_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace hetps {
 namespace {
@@ -10,6 +12,11 @@ namespace {
 // pull), so its error, e / width of the pulls' keys, is far below them.
 constexpr size_t kCandidates = 4096;
 constexpr uint32_t kSketchWidth = 1 << 15;
+
+// The moving average of lag bounds (Table::typical_lag) spans about this
+// many rows' measures, each counted up to kTypicalLagCap applies.
+constexpr double kTypicalLagRows = 64;
+constexpr uint64_t kTypicalLagCap = 1024;
 
 }  // namespace
 
@@ -42,23 +49,34 @@ HotRowCache::Table& HotRowCache::TableOf(uint32_t table, uint64_t dim) {
   return t;
 }
 
-std::optional<uint64_t> HotRowCache::Read(uint32_t table, uint64_t key,
-                                          uint64_t min_version,
-                                          std::span<float> out) {
+std::optional<HotRowCache::Kept> HotRowCache::Read(uint32_t table,
+                                                   uint64_t key, uint64_t known,
+                                                   uint64_t bound,
+                                                   std::span<float> out) {
   if (table >= tables_.size()) return std::nullopt;
   Table& t = tables_[table];
   auto it = t.rows.find(key);
-  if (it == t.rows.end() || it->second.version < min_version) {
-    return std::nullopt;
-  }
-  std::memcpy(out.data(), &t.pool[it->second.slot * t.dim],
-              t.dim * sizeof(float));
-  return it->second.version;
+  if (it == t.rows.end()) return std::nullopt;
+  const Entry& e = it->second;
+  const uint64_t lag = std::min(e.lag, bound);
+  if (known > e.version + lag) return std::nullopt;
+  std::memcpy(out.data(), &t.pool[e.slot * t.dim], t.dim * sizeof(float));
+  return Kept{e.version, lag};
+}
+
+uint64_t HotRowCache::LagFor(double moved, uint64_t applies) const {
+  constexpr double kUnbounded = std::numeric_limits<uint32_t>::max();
+  if (moved == 0) return static_cast<uint64_t>(kUnbounded);
+  // (moved is infinite for a row of length 0 that moved: bound 0. Rows
+  // are finite, the servers refuse what is not, so moved is never NaN.)
+  return static_cast<uint64_t>(
+      std::min(kUnbounded, config_.max_drift * applies / moved));
 }
 
 void HotRowCache::Store(uint32_t table, uint64_t key, uint64_t version,
                         std::span<const float> row) {
   Table& t = TableOf(table, row.size());
+  const bool by_drift = config_.max_drift > 0;
   auto it = t.rows.find(key);
   if (it == t.rows.end()) {
     if (t.rows.size() >= config_.max_rows) return;
@@ -70,7 +88,28 @@ void HotRowCache::Store(uint32_t table, uint64_t key, uint64_t version,
       slot = static_cast<uint32_t>(t.pool.size() / t.dim);
       t.pool.resize(t.pool.size() + t.dim);
     }
-    it = t.rows.emplace(key, Entry{version, slot}).first;
+    const uint64_t lag = by_drift ? static_cast<uint64_t>(t.typical_lag)
+                                  : std::numeric_limits<uint64_t>::max();
+    it = t.rows.emplace(key, Entry{version, lag, slot}).first;
+  } else if (by_drift) {
+    Entry& e = it->second;
+    // A read at the same version tells no pace: the copy stays as it is.
+    if (version <= e.version) return;
+    const float* kept = &t.pool[e.slot * t.dim];
+    double moved = 0;
+    double length = 0;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const double d = static_cast<double>(row[c]) - kept[c];
+      moved += d * d;
+      length += static_cast<double>(row[c]) * row[c];
+    }
+    const double relative =
+        length > 0 ? std::sqrt(moved / length)
+                   : (moved > 0 ? std::numeric_limits<double>::infinity() : 0);
+    e.lag = LagFor(relative, version - e.version);
+    t.typical_lag += (static_cast<double>(std::min(e.lag, kTypicalLagCap)) -
+                      t.typical_lag) /
+                     kTypicalLagRows;
   }
   it->second.version = version;
   std::memcpy(&t.pool[it->second.slot * t.dim], row.data(),

@@ -5,11 +5,12 @@
 // its version (the server's applies when it read it,
 // PullSparseResponse.applied_rounds). PsClient reads a kept row instead of
 // pulling it while the server's applies known to the worker are at most the
-// bound past its version, checks that against the applies the step's pull
-// reports, and pulls again what is over it; it reports the oldest version
-// a step used with the push (PushRequest.oldest_read), so that the servers
-// record the lag themselves. Not thread-safe: PsClient holds it under a
-// lock.
+// bound past its version (with client.hot_rows.max_drift, a bound of the
+// row's own, from how fast it moves: Store), checks that against the
+// applies the step's pull reports, and pulls again what is over it; it
+// reports the oldest version a step used with the push
+// (PushRequest.oldest_read), so that the servers record the lag
+// themselves. Not thread-safe: PsClient holds it under a lock.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +39,25 @@ class HotRowCache {
   void Observe(uint32_t table, std::span<const uint64_t> keys);
   bool IsHot(uint32_t table, uint64_t key) const;
 
-  // The kept row of `key` if its version is at least `min_version`: copies
-  // it to `out` (its dim floats) and returns the version.
-  std::optional<uint64_t> Read(uint32_t table, uint64_t key,
-                               uint64_t min_version, std::span<float> out);
+  // A kept row: the server's applies when it was read, and how many
+  // applies past that it may still be read (its own lag bound, at most the
+  // servers' bound).
+  struct Kept {
+    uint64_t version;
+    uint64_t lag;
+  };
+  // The kept row of `key` if the server's applies `known` are at most its
+  // lag past its version (the lag being at most `bound`): copies it to
+  // `out` (its dim floats).
+  std::optional<Kept> Read(uint32_t table, uint64_t key, uint64_t known,
+                           uint64_t bound, std::span<float> out);
   // Keeps (or refreshes) the row of `key` read at `version`, if there is
-  // room (config.max_rows per table).
+  // room (config.max_rows per table). With config.max_drift, the row's lag
+  // bound follows from how far it moved since the copy it replaces: the
+  // applies over which it moves max_drift of its length at that pace; a
+  // row seen for the first time starts with the table's typical bound (an
+  // average of those measured lately), and a read at a version no newer
+  // than the copy's changes nothing.
   void Store(uint32_t table, uint64_t key, uint64_t version,
              std::span<const float> row);
   // Drops the rows of table `table` for which `stale(key, version)` holds
@@ -56,13 +70,21 @@ class HotRowCache {
  private:
   struct Entry {
     uint64_t version;
+    uint64_t lag;   // its own bound (Kept::lag), before the servers'
     uint32_t slot;  // row slot in the table's pool
   };
+  // The applies over which a row that moved `moved` (relative to its
+  // length) in `applies` moves config_.max_drift; unbounded (2^32 - 1)
+  // for a row that did not move.
+  uint64_t LagFor(double moved, uint64_t applies) const;
   struct Table {
     uint64_t dim = 0;
     std::vector<float> pool;     // slots of dim floats
     std::vector<uint32_t> free;  // slots given back
     absl::flat_hash_map<uint64_t, Entry> rows;
+    // With max_drift: the lag bounds of the rows measured lately (a moving
+    // average), which a row seen for the first time starts with.
+    double typical_lag = 0;
   };
   Table& TableOf(uint32_t table, uint64_t dim);
 

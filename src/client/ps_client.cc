@@ -691,8 +691,13 @@ absl::Status PsClient::PullSparse(const std::string& table,
     }
   };
 
-  // Rows read from the cache, per server: their positions and versions.
-  std::vector<std::vector<std::pair<uint32_t, uint64_t>>> cached(n);
+  // Rows read from the cache, per server: their positions, versions and
+  // lag bounds.
+  struct Copy {
+    uint32_t pos;
+    HotRowCache::Kept kept;
+  };
+  std::vector<std::vector<Copy>> cached(n);
   uint32_t table_id = 0;
   if (cache != nullptr) {
     absl::MutexLock lock(&impl_->cache_mu);
@@ -701,13 +706,12 @@ absl::Status PsClient::PullSparse(const std::string& table,
     for (uint32_t s = 0; s < n; ++s) {
       const uint64_t known = impl_->server_applies[s];
       const uint64_t bound = impl_->read_lag_bound;
-      const uint64_t min_version = known > bound ? known - bound : 0;
       std::vector<uint32_t> missing;
       for (uint32_t pos : positions[s]) {
-        auto version = cache->Read(table_id, unique[pos], min_version,
-                                   rows.subspan(pos * dim, dim));
-        if (version) {
-          cached[s].push_back({pos, *version});
+        auto kept = cache->Read(table_id, unique[pos], known, bound,
+                                rows.subspan(pos * dim, dim));
+        if (kept) {
+          cached[s].push_back({pos, *kept});
         } else {
           missing.push_back(pos);
         }
@@ -743,11 +747,11 @@ absl::Status PsClient::PullSparse(const std::string& table,
                          rows.subspan(pos * dim, dim));
           }
         }
-        for (const auto& [pos, version] : cached[s]) {
-          if (applies > version + bound) {
+        for (const auto& [pos, kept] : cached[s]) {
+          if (applies > kept.version + std::min(kept.lag, bound)) {
             again[s].push_back(pos);
           } else {
-            oldest = std::min(oldest, version);
+            oldest = std::min(oldest, kept.version);
           }
         }
         if (!again[s].empty()) again_targets.push_back(s);

@@ -572,6 +572,7 @@ void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
     total.bytes += report->bytes;
     total.wait += report->wait;
     total.transfer += report->transfer;
+    total.hold_ahead = std::max(total.hold_ahead, report->hold_ahead);
     longest_held = std::max(longest_held, report->held);
     total.map = report->map;
     longest = std::max(longest, report->total);
@@ -583,14 +584,15 @@ void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
   const std::string line = absl::StrFormat(
       "%d buckets, %d rows (%.1f MB) in %.0f ms (%d steps, the longest %.0f "
       "ms; in all %.0f ms waiting for the workers to pass the cuts and %.0f "
-      "ms handing rows over; requests waited at most %.0f ms); map version "
-      "%d",
+      "ms handing rows over; a read its old owner refused waited at most "
+      "%.0f ms; cuts up to %d clocks ahead); map version %d",
       total.buckets, total.rows, total.bytes / 1e6,
       absl::ToDoubleMilliseconds(absl::Now() - began), steps,
       absl::ToDoubleMilliseconds(longest),
       absl::ToDoubleMilliseconds(total.wait),
       absl::ToDoubleMilliseconds(total.transfer),
-      absl::ToDoubleMilliseconds(longest_held), total.map->version());
+      absl::ToDoubleMilliseconds(longest_held), total.hold_ahead,
+      total.map->version());
   spdlog::info("placement: moved {}", line);
   absl::MutexLock lock(&mu_);
   last_move_ = line;

@@ -491,10 +491,9 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
           absl::StrCat("unknown table '", grad.table(), "'"));
     }
   }
-  // Last, so that a request refused above leaves no trace.
-  for (const PushView::Sparse& sparse : view.sparse) {
-    if (auto s = AwaitMoves(context, at, sparse.keys); !s.ok()) return s;
-  }
+  // A bucket moving here whose rows are not in yet takes the push all the
+  // same: its table sets those rows' gradients aside until they arrive
+  // (HoldPushesOfRowsNotHere).
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return clock.status();

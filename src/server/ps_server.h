@@ -155,12 +155,11 @@ class PsServer final {
   ShardMap shard_map() const;
   uint64_t map_version() const;
   // Takes `map` if it is newer than the one held (returns whether it did);
-  // buckets it moves here that have not arrived start to wait for their
-  // rows (TakeOver), and a PrepareMove hold ends. `arrived`: buckets moving
-  // here whose rows are in the tables already (a restarted server that
-  // restored them from its move record). Rows of buckets a settled move
-  // took away without a HandOver from this process (it restarted after
-  // handing them over) are dropped.
+  // the requests of buckets it moves here wait until their move settles
+  // (their rows arrive by TakeOver in between), and a PrepareMove hold
+  // ends. `arrived`: buckets moving here whose rows are in the tables
+  // already (a restarted server that restored them from its move record).
+  // The rows of buckets whose move away from here it settles are dropped.
   bool AdoptMap(ShardMap map,
                 const absl::flat_hash_set<uint32_t>& arrived = {});
   uint64_t applied_rounds() const { return aggregator_->applied_rounds(); }
@@ -224,9 +223,10 @@ class PsServer final {
                                 const absl::flat_hash_set<uint32_t>* handed,
                                 const ShardMap::RequestClock& at,
                                 uint64_t read_clock) const;
-  // Runs `read` unless one of `leaving` (ReadCheck::leaving) was handed
-  // over since it was checked (ABORTED, kMovedPrefix): a HandOver waits
-  // for the reads running here.
+  // Runs `read` unless one of `leaving` (ReadCheck::leaving) was given up
+  // or settled since it was checked (ABORTED, kMovedPrefix): a HandOver
+  // giving them up, and the drop of their rows, wait for the reads running
+  // here.
   absl::Status ReadWhileHere(const std::vector<uint32_t>& leaving,
                              const std::function<absl::Status()>& read);
   // Sets a pull's or push's answer's map_version, and its shard_map too
@@ -252,8 +252,9 @@ class PsServer final {
   // The migration gates of a request at `at` (ps_server_moves.cc). With no
   // keys: notes `at` as its worker's newest (what PrepareMove reports) and,
   // while a move is prepared, holds a request at or past its worker's hold
-  // point until the new map is adopted. With keys (checked to be this
-  // server's): waits until the rows of those moving here have arrived.
+  // point until the new map is adopted. With a pull's keys (checked to be
+  // this server's): waits until the moves of those moving here settle (a
+  // push waits for none: its rows' gradients are held, HoldPushes).
   // UNAVAILABLE after kMoveWait (the client retries), CANCELLED with the
   // call.
   absl::Status AwaitMoves(grpc::ServerContextBase* context,
@@ -266,12 +267,16 @@ class PsServer final {
   bool MoveInvolvesThisServer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
   absl::StatusOr<rpc::MovedRows> DoHandOver(
       const rpc::HandOverRequest& request);
-  // AdoptMap's part under the locks; `stale`: the buckets whose rows to
-  // drop once they are released.
+  // AdoptMap's part under the locks; `settled_away`: the buckets whose
+  // rows to drop once they are released.
   bool AdoptMapLocked(ShardMap map,
                       const absl::flat_hash_set<uint32_t>& arrived_here,
-                      absl::flat_hash_set<uint32_t>* stale);
+                      absl::flat_hash_set<uint32_t>* settled_away);
   absl::StatusOr<uint64_t> DoTakeOver(const rpc::MovedRows& rows);
+  // Every sparse table sets aside the pushes of the buckets moving here
+  // whose rows have not arrived (SparseTable::HoldPushes), and applies
+  // those it held for the others.
+  void HoldPushesOfRowsNotHere() ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
   // The aggregator's clock for a request of `worker` at `clock` from its
   // `incarnation` (RegisterResponse.incarnation). The first incarnation this
   // server sees keeps its clocks; a newer one (the worker restarted, its
@@ -288,17 +293,13 @@ class PsServer final {
   mutable absl::Mutex map_mu_;
   std::shared_ptr<const ShardMap> map_ ABSL_GUARDED_BY(map_mu_);
   // Held shared by a read of buckets leaving here (ReadWhileHere), and by
-  // HandOver while it marks them handed: no read of a bucket runs once
-  // its rows begin to leave.
+  // HandOver while it marks them given up: no read of a bucket runs here
+  // once its new owner may apply pushes to it.
   absl::Mutex handover_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);
-  // Buckets this server handed over whose move has not settled (null:
-  // none): their rows are gone from here.
+  // Buckets this server gave up (HandOver give_up) whose move has not
+  // settled (null: none): their new owners hold the rows, and reads of
+  // them are refused here. The rows are dropped when the move settles.
   std::shared_ptr<const absl::flat_hash_set<uint32_t>> handed_
-      ABSL_GUARDED_BY(map_mu_);
-  // The last HandOver's buckets and rows, kept until its move settles: a
-  // HandOver retried (its reply lost) gets the same rows again.
-  std::vector<uint32_t> last_handed_ ABSL_GUARDED_BY(map_mu_);
-  std::shared_ptr<const rpc::MovedRows> last_handed_rows_
       ABSL_GUARDED_BY(map_mu_);
 
   const std::unique_ptr<Aggregator> aggregator_;
@@ -329,13 +330,17 @@ class PsServer final {
   // While a move is prepared: per worker, the packed clock from which its
   // requests wait for the new map.
   std::optional<std::vector<uint64_t>> hold_from_ ABSL_GUARDED_BY(move_mu_);
-  // Buckets the map moves here whose rows have not arrived (their requests
-  // wait), and those whose rows have while the move is still pending.
+  // Buckets the map moves here, pending: their reads wait until the move
+  // settles, their pushes are held until the rows arrive. Of those, the
+  // buckets whose rows have arrived.
   absl::flat_hash_set<uint32_t> incoming_ ABSL_GUARDED_BY(move_mu_);
   absl::flat_hash_set<uint32_t> arrived_ ABSL_GUARDED_BY(move_mu_);
   absl::Mutex take_over_mu_;  // one TakeOver at a time
   // RunWithoutMoves is running `fn`: PrepareMove waits.
   bool saving_ ABSL_GUARDED_BY(move_mu_) = false;
+  // AdoptMap calls dropping the rows of buckets that moved away: a save
+  // waits.
+  int dropping_ ABSL_GUARDED_BY(move_mu_) = 0;
   uint64_t live_epoch_ ABSL_GUARDED_BY(move_mu_) = 0;
   std::vector<uint32_t> live_ ABSL_GUARDED_BY(move_mu_);
 

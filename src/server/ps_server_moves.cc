@@ -105,18 +105,22 @@ absl::Status PsServer::CheckLeavingRead(
         absl::StrCat(kMovedPrefix, "table '", table, "': key ", key,
                      " was handed over to server ", to, "; read it there"));
   }
-  if (config_.mode != ConsistencyMode::kSync || at.worker >= seen_.size()) {
-    // Async and semi_async read what was applied, and a pull past the cut
-    // whose own push went to the new owner comes only once that push was
-    // answered, after the rows left. The reader is no worker.
+  if (config_.mode == ConsistencyMode::kAsync || at.worker >= seen_.size()) {
+    // Async reads what was applied; the reader is no worker.
     return absl::OkStatus();
   }
-  // Sync: a read at clock c sees the pushes before c, all made before the
-  // cut (one clock for every worker) only while c is at most the cut.
+  // The pushes past the cut (one clock for every worker) go to the new
+  // owner, which applies them once the rows are in. Sync: a read at clock
+  // c sees the pushes before c, all made here only while c is at most the
+  // cut. Semi_async: a read at c may miss the pushes from c - window on
+  // (SemiAsyncAggregator's bound), so it is served here while c is at most
+  // the cut plus the window.
+  const uint64_t slack =
+      config_.mode == ConsistencyMode::kSemiAsync ? aggregator_->window() : 0;
   const auto named = pending.cut.find(at.worker);
   if (named != pending.cut.end() &&
       named->second.incarnation == at.incarnation &&
-      read_clock <= named->second.clock) {
+      read_clock <= named->second.clock + slack) {
     return absl::OkStatus();
   }
   return absl::AbortedError(absl::StrCat(
@@ -168,7 +172,7 @@ absl::Status PsServer::RunWithoutMoves(const std::function<void()>& fn) {
 }
 
 bool PsServer::MoveInvolvesThisServer() const {
-  if (hold_from_.has_value()) return true;
+  if (hold_from_.has_value() || dropping_ > 0) return true;
   absl::MutexLock map_lock(&map_mu_);
   for (const auto& [bucket, pending] : map_->pending()) {
     if (pending.from == rank_ || map_->owner(bucket) == rank_) return true;
@@ -178,59 +182,68 @@ bool PsServer::MoveInvolvesThisServer() const {
 
 bool PsServer::AdoptMap(ShardMap map,
                         const absl::flat_hash_set<uint32_t>& arrived_here) {
-  absl::flat_hash_set<uint32_t> stale;  // rows to drop
-  if (!AdoptMapLocked(std::move(map), arrived_here, &stale)) return false;
-  if (!stale.empty()) {
-    uint64_t dropped = 0;
-    for (const auto& [name, table] : sparse_) {
-      dropped += table->ExtractRows(
-          [&](uint64_t key) {
-            return stale.contains(BucketOfKey(key, map_num_buckets_));
-          },
-          [](uint64_t, std::span<const float>, std::span<const float>,
-             uint64_t) {});
-    }
-    spdlog::info(
-        "server {}: {} rows of {} buckets handed over before this process "
-        "started dropped",
-        rank_, dropped, stale.size());
+  absl::flat_hash_set<uint32_t> settled_away;  // rows to drop
+  if (!AdoptMapLocked(std::move(map), arrived_here, &settled_away)) {
+    return false;
   }
+  if (settled_away.empty()) return true;
+  {
+    // A read of these buckets that passed its checks under the older map
+    // ends first; one after refuses them (ReadWhileHere: not pending).
+    absl::WriterMutexLock handover_lock(&handover_mu_);
+  }
+  uint64_t dropped = 0;
+  for (const auto& [name, table] : sparse_) {
+    dropped += table->ExtractRows(
+        [&](uint64_t key) {
+          return settled_away.contains(BucketOfKey(key, map_num_buckets_));
+        },
+        [](uint64_t, std::span<const float>, std::span<const float>,
+           uint64_t) {});
+  }
+  spdlog::debug("server {}: {} rows of {} buckets that moved away dropped",
+                rank_, dropped, settled_away.size());
+  absl::MutexLock lock(&move_mu_);
+  --dropping_;
+  move_changed_.SignalAll();
   return true;
 }
 
 bool PsServer::AdoptMapLocked(ShardMap map,
                               const absl::flat_hash_set<uint32_t>& arrived_here,
-                              absl::flat_hash_set<uint32_t>* stale) {
+                              absl::flat_hash_set<uint32_t>* settled_away) {
   absl::MutexLock lock(&move_mu_);
   {
     absl::MutexLock map_lock(&map_mu_);
     if (map.version() <= map_->version()) return false;
-    // Handed over from here, settled, but not by this process's HandOver.
+    // Handed over from here and settled: the rows stayed here until now
+    // (or came back from a checkpoint, in a process restarted since).
     for (const auto& [bucket, pending] : map_->pending()) {
       if (pending.from == rank_ && !map.pending().contains(bucket) &&
-          map.owner(bucket) != rank_ &&
-          (handed_ == nullptr || !handed_->contains(bucket))) {
-        stale->insert(bucket);
+          map.owner(bucket) != rank_) {
+        settled_away->insert(bucket);
       }
     }
   }
   arrived_.insert(arrived_here.begin(), arrived_here.end());
-  // The buckets that move here wait for their rows before the map that
-  // sends their requests here is in force.
+  // The buckets that move here: their requests wait from before the map
+  // that sends them here is in force until the move settles (the rows
+  // arrive in between).
   absl::flat_hash_set<uint32_t> incoming;
   absl::flat_hash_set<uint32_t> arrived;
   for (const auto& [bucket, pending] : map.pending()) {
     if (map.owner(bucket) != rank_) continue;
-    if (arrived_.contains(bucket)) {
-      arrived.insert(bucket);
-    } else {
-      incoming.insert(bucket);
-    }
+    incoming.insert(bucket);
+    if (arrived_.contains(bucket)) arrived.insert(bucket);
   }
   incoming_ = std::move(incoming);
   arrived_ = std::move(arrived);
+  // Before the map is in force: no push of these buckets can meet rows
+  // that are not here.
+  HoldPushesOfRowsNotHere();
   hold_from_.reset();
   moving_ = !incoming_.empty();
+  if (!settled_away->empty()) ++dropping_;
   {
     absl::MutexLock map_lock(&map_mu_);
     if (handed_ != nullptr) {
@@ -245,10 +258,6 @@ bool PsServer::AdoptMapLocked(ShardMap map,
                     ? nullptr
                     : std::make_shared<const absl::flat_hash_set<uint32_t>>(
                           std::move(still));
-      if (handed_ == nullptr) {
-        last_handed_.clear();
-        last_handed_rows_.reset();
-      }
     }
     map_ = std::make_shared<const ShardMap>(std::move(map));
   }
@@ -262,6 +271,11 @@ grpc::Status PsServer::PrepareMove(grpc::ServerContextBase*,
   if (auto s = CheckProtocolVersion(request->protocol_version(), "move");
       !s.ok()) {
     return ToGrpcStatus(s);
+  }
+  if (request->hold_ahead() > kMaxHoldAhead) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("prepare move: hold_ahead ", request->hold_ahead(),
+                     " is more than ", kMaxHoldAhead, " clocks")));
   }
   absl::MutexLock lock(&move_mu_);
   if (request->hold()) {
@@ -285,9 +299,10 @@ grpc::Status PsServer::PrepareMove(grpc::ServerContextBase*,
   for (uint32_t w = 0; w < seen_.size(); ++w) {
     const uint64_t seen = seen_[w].load();
     if (request->hold()) {
-      // Past the newest seen (the cut will be there or later); a worker
-      // never seen here waits from its first request.
-      (*hold_from_)[w] = seen == 0 ? 1 : seen + 1;
+      // Past the newest seen, and as far ahead as the mover asks (the cut
+      // will be there or later); a worker never seen here waits from its
+      // first request.
+      (*hold_from_)[w] = seen == 0 ? 1 : seen + 1 + request->hold_ahead();
     }
     if (seen == 0) continue;
     const ShardMap::WorkerCut at = Unpack(seen);
@@ -297,7 +312,9 @@ grpc::Status PsServer::PrepareMove(grpc::ServerContextBase*,
     out->set_clock(at.clock);
   }
   for (uint32_t w : live_) response->add_live_workers(w);
-  shard_map().ToProto(response->mutable_shard_map());
+  // Only the mover's first call wants the map: the others poll, every
+  // millisecond of a move, for the workers' clocks.
+  if (request->hold()) shard_map().ToProto(response->mutable_shard_map());
   return grpc::Status::OK;
 }
 
@@ -328,9 +345,6 @@ grpc::Status PsServer::AdoptShardMap(grpc::ServerContextBase*,
 absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
     const rpc::HandOverRequest& request) {
   const ShardMap map = shard_map();
-  // Every live worker is past the cut (the mover checked): its pushes
-  // before it were answered, so applied (sync closes a round in the push
-  // that completes it); semi_async's queue is applied below.
   absl::flat_hash_set<uint32_t> buckets;
   for (uint32_t bucket : request.buckets()) {
     const auto it = map.pending().find(bucket);
@@ -342,32 +356,14 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
     }
     buckets.insert(bucket);
   }
-  std::vector<uint32_t> asked(request.buckets().begin(),
-                              request.buckets().end());
-  std::sort(asked.begin(), asked.end());
-  {
-    absl::MutexLock map_lock(&map_mu_);
-    size_t gone = 0;
-    for (uint32_t bucket : asked) {
-      gone += handed_ != nullptr && handed_->contains(bucket) ? 1 : 0;
-    }
-    if (gone > 0) {
-      // A retry (the reply to the first was lost): the same rows again.
-      if (asked == last_handed_ && last_handed_rows_ != nullptr) {
-        return *last_handed_rows_;
-      }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "server ", rank_, ": ", gone, " of the ", asked.size(),
-          " buckets asked for were handed over already, by another "
-          "HandOver"));
-    }
-  }
   rpc::MovedRows rows;
   for (uint32_t bucket : request.buckets()) rows.add_buckets(bucket);
-  const uint32_t num_buckets = map.num_buckets();
-  {
-    // After the reads of these buckets running here (ReadWhileHere); none
-    // begins after.
+  if (request.give_up()) {
+    // The new owners hold the rows, the pushes past the cut applied. Once
+    // the reads of these buckets running here are done (ReadWhileHere),
+    // none is served here again: the new owners serve them from the
+    // settled map on. The rows stay until then (AdoptMap drops them), so
+    // a HandOver made again copies the same rows.
     absl::WriterMutexLock handover_lock(&handover_mu_);
     absl::MutexLock map_lock(&map_mu_);
     auto handed =
@@ -376,47 +372,48 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
             : std::make_shared<absl::flat_hash_set<uint32_t>>();
     handed->insert(buckets.begin(), buckets.end());
     handed_ = std::move(handed);
+    return rows;
   }
   const absl::Time began = absl::Now();
-  // semi_async's queue applied, the rows hold every gradient pushed for
-  // these buckets: every push before the cut was answered, and none can
+  // Every live worker is past the cut (the mover checked): its pushes
+  // before it were answered, so applied (sync closes a round in the push
+  // that completes it) once semi_async's queue is applied here. None can
   // come here now (a push past the cut goes to the new owner, a request
-  // split by an older map is refused, and reads of these buckets stopped
-  // above). So the rows are taken while other buckets' pushes, applies and
-  // pulls go on: each stripe is locked only while it is visited (a save
-  // waits for the move to settle: RunWithoutMoves).
+  // split by an older map is refused), so the rows are final: they are
+  // copied while reads of them, and every other bucket's traffic, go on
+  // (each stripe is locked only while it is visited; a save waits for the
+  // move to settle: RunWithoutMoves). A read may make a fresh row of a key
+  // meanwhile: it has the initial values the new owner would give it.
   aggregator_->ApplyQueued();
-  uint64_t extracted = 0;
+  const uint32_t num_buckets = map.num_buckets();
+  uint64_t copied = 0;
   for (const auto& [name, table] : sparse_) {
     rpc::MovedTable* moved = rows.add_tables();
     moved->set_table(name);
     std::vector<uint64_t> keys;
     std::vector<float> weights;
     std::vector<float> state;
-    table->ExtractRows(
-        [&](uint64_t key) {
-          return buckets.contains(BucketOfKey(key, num_buckets));
-        },
+    table->ForEachRowWithState(
         [&](uint64_t key, std::span<const float> w, std::span<const float> s,
             uint64_t updates) {
           keys.push_back(key);
           weights.insert(weights.end(), w.begin(), w.end());
           state.insert(state.end(), s.begin(), s.end());
           moved->add_update_counts(updates);
+        },
+        [&](uint64_t key) {
+          return buckets.contains(BucketOfKey(key, num_buckets));
         });
     AssignBytes<uint64_t>(moved->mutable_keys(), keys);
     AssignBytes<float>(moved->mutable_weights(), weights);
     AssignBytes<float>(moved->mutable_state(), state);
-    extracted += keys.size();
+    copied += keys.size();
   }
   spdlog::info(
-      "server {}: handed over {} buckets, {} rows ({:.1f} MB) in "
-      "{:.1f} ms",
-      rank_, request.buckets_size(), extracted, rows.ByteSizeLong() / 1e6,
+      "server {}: copied {} buckets, {} rows ({:.1f} MB) for their new "
+      "owners in {:.1f} ms",
+      rank_, request.buckets_size(), copied, rows.ByteSizeLong() / 1e6,
       absl::ToDoubleMilliseconds(absl::Now() - began));
-  absl::MutexLock map_lock(&map_mu_);
-  last_handed_ = std::move(asked);
-  last_handed_rows_ = std::make_shared<const rpc::MovedRows>(rows);
   return rows;
 }
 
@@ -461,8 +458,8 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
     }
   }
   // One TakeOver at a time; a bucket whose rows arrived already (the reply
-  // to an earlier TakeOver was lost, and its requests may have been applied
-  // since) is not installed again.
+  // to an earlier TakeOver was lost; or its move record restored them, and
+  // a restarted old owner's copy is older) is not installed again.
   absl::MutexLock take_lock(&take_over_mu_);
   absl::flat_hash_set<uint32_t> fresh;
   {
@@ -498,14 +495,27 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
       ++installed;
     }
   }
+  // The pushes set aside for these rows are applied now, before any push
+  // that follows. Reads still wait here until the move settles: the old
+  // owner serves them until it gives the rows up.
   absl::MutexLock lock(&move_mu_);
-  for (uint32_t bucket : fresh) {
-    incoming_.erase(bucket);
-    arrived_.insert(bucket);
-  }
-  moving_ = hold_from_.has_value() || !incoming_.empty();
-  move_changed_.SignalAll();
+  arrived_.insert(fresh.begin(), fresh.end());
+  HoldPushesOfRowsNotHere();
   return installed;
+}
+
+void PsServer::HoldPushesOfRowsNotHere() {
+  auto held = std::make_shared<absl::flat_hash_set<uint32_t>>();
+  for (uint32_t bucket : incoming_) {
+    if (!arrived_.contains(bucket)) held->insert(bucket);
+  }
+  std::function<bool(uint64_t)> holds;
+  if (!held->empty()) {
+    holds = [held, buckets = map_num_buckets_](uint64_t key) {
+      return held->contains(BucketOfKey(key, buckets));
+    };
+  }
+  for (const auto& [name, table] : sparse_) table->HoldPushes(holds);
 }
 
 grpc::Status PsServer::TakeOver(grpc::ServerContextBase*,

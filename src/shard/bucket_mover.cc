@@ -1,6 +1,7 @@
 #include "shard/bucket_mover.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -125,6 +126,21 @@ grpc::Status BucketMover::Retried(
   }
 }
 
+absl::Status BucketMover::HandOver(uint32_t source,
+                                   const std::vector<uint32_t>& buckets,
+                                   bool give_up, rpc::MovedRows* rows) {
+  rpc::HandOverRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.mutable_buckets()->Assign(buckets.begin(), buckets.end());
+  request.set_give_up(give_up);
+  rpc::ParameterServer::StubInterface& from = *servers_[source].stub;
+  grpc::Status status = Retried([&](grpc::ClientContext* context) {
+    return from.HandOver(context, request, rows);
+  });
+  return status.ok() ? absl::OkStatus()
+                     : ServerError(source, "HandOver", status);
+}
+
 absl::Status BucketMover::ServerError(uint32_t server, const char* call,
                                       const grpc::Status& status) const {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
@@ -133,11 +149,12 @@ absl::Status BucketMover::ServerError(uint32_t server, const char* call,
 }
 
 absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> BucketMover::Prepare(
-    bool hold) {
+    bool hold, uint32_t ahead) {
   std::vector<rpc::PrepareMoveResponse> responses(servers_.size());
   rpc::PrepareMoveRequest request;
   request.set_protocol_version(kProtocolVersion);
   request.set_hold(hold);
+  request.set_hold_ahead(ahead);
   for (uint32_t s = 0; s < servers_.size(); ++s) {
     rpc::ParameterServer::StubInterface& stub = *servers_[s].stub;
     grpc::Status status = Retried([&](grpc::ClientContext* context) {
@@ -145,14 +162,58 @@ absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> BucketMover::Prepare(
     });
     if (!status.ok()) return ServerError(s, "PrepareMove", status);
   }
+  Observe(responses);
   return responses;
 }
 
-absl::Status BucketMover::AdoptEverywhere(const ShardMap& map) {
+void BucketMover::Observe(const std::vector<rpc::PrepareMoveResponse>& seen) {
+  ShardMap::Cut newest;
+  for (const rpc::PrepareMoveResponse& r : seen) {
+    for (const rpc::WorkerCut& w : r.seen()) {
+      KeepLater(newest, w.worker(),
+                {.incarnation = w.incarnation(), .clock = w.clock()});
+    }
+  }
+  const absl::Time now = absl::Now();
+  const absl::Duration since = now - observed_at_;
+  if (since < kPaceInterval) return;  // too short to tell a pace
+  double fastest = 0;
+  for (const auto& [worker, at] : newest) {
+    const auto before = observed_.find(worker);
+    if (before == observed_.end() ||
+        before->second.incarnation != at.incarnation ||
+        before->second.clock > at.clock) {
+      continue;  // new, or restarted
+    }
+    fastest = std::max(fastest, static_cast<double>(at.clock -
+                                                    before->second.clock) /
+                                    absl::ToDoubleSeconds(since));
+  }
+  if (!observed_.empty()) clocks_per_s_ = fastest;
+  observed_ = std::move(newest);
+  observed_at_ = now;
+}
+
+uint32_t BucketMover::HoldAhead() const {
+  const double clocks = clocks_per_s_ * absl::ToDoubleSeconds(hold_time_);
+  if (clocks < 0.1) return 0;
+  return static_cast<uint32_t>(
+      std::min<double>(std::ceil(clocks), kMaxHoldAhead));
+}
+
+absl::Status BucketMover::AdoptEverywhere(const ShardMap& map,
+                                          const std::vector<bool>& first) {
   rpc::AdoptShardMapRequest request;
   request.set_protocol_version(kProtocolVersion);
   map.ToProto(request.mutable_shard_map());
+  std::vector<uint32_t> order;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
+    if (s < first.size() && first[s]) order.push_back(s);
+  }
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    if (s >= first.size() || !first[s]) order.push_back(s);
+  }
+  for (uint32_t s : order) {
     rpc::AdoptShardMapResponse response;
     rpc::ParameterServer::StubInterface& stub = *servers_[s].stub;
     grpc::Status status = Retried([&](grpc::ClientContext* context) {
@@ -204,7 +265,9 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   }
 
   // 1. Holds, and what every server has seen.
-  auto prepared = Prepare(/*hold=*/true);
+  const uint32_t ahead = HoldAhead();
+  const absl::Time hold_began = absl::Now();
+  auto prepared = Prepare(/*hold=*/true, ahead);
   if (!prepared.ok()) return prepared.status();
   auto current = ShardMap::FromProto((*prepared)[0].shard_map());
   if (!current.ok()) return current.status();
@@ -230,13 +293,14 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   for (const rpc::PrepareMoveResponse& r : *prepared) {
     for (const rpc::WorkerCut& seen : r.seen()) {
       KeepLater(cut, seen.worker(),
-                {.incarnation = seen.incarnation(), .clock = seen.clock() + 1});
+                {.incarnation = seen.incarnation(),
+                 .clock = seen.clock() + 1 + ahead});
     }
   }
   if (BoundsClocks(mode_)) {
-    // One clock for all: a worker past its cut waits at a new owner with
-    // its clock one below the cut, and the bound must let every other
-    // worker reach the cut (in sync a round is then never split; in
+    // One clock for all: a worker whose read past its cut waits at a new
+    // owner has its clock one below the cut, and the bound must let every
+    // other worker reach the cut (in sync a round is then never split; in
     // semi_async a worker whose own cut lay more than the window past
     // another's would wait for that one forever).
     uint64_t last = 0;
@@ -250,6 +314,8 @@ absl::StatusOr<MoveReport> BucketMover::Move(
     return handover.status();
   }
   if (auto s = AdoptEverywhere(*handover); !s.ok()) return s;
+  hold_time_ = absl::Now() - hold_began;
+  report.hold_ahead = ahead;
   std::vector<uint32_t> buckets;
   for (const auto& [bucket, pending] : handover->pending()) {
     if (!current->pending().contains(bucket)) buckets.push_back(bucket);
@@ -322,22 +388,21 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
   }
   report.wait = absl::Now() - handed;
 
-  // 4. The rows, from each old owner to each new one.
+  // 4. A copy of the rows, from each old owner to each new one; the old
+  // owners serve reads of them meanwhile, the new owners hold their reads
+  // and apply the pushes they kept for them once the rows are in.
   std::map<uint32_t, std::vector<uint32_t>> by_source;
+  std::vector<bool> destination(servers_.size(), false);
   for (uint32_t bucket : buckets) {
     by_source[handover.pending().at(bucket).from].push_back(bucket);
+    destination[handover.owner(bucket)] = true;
   }
   for (const auto& [source, list] : by_source) {
-    rpc::HandOverRequest request;
-    request.set_protocol_version(kProtocolVersion);
-    request.mutable_buckets()->Assign(list.begin(), list.end());
     rpc::MovedRows rows;
-    rpc::ParameterServer::StubInterface& from = *servers_[source].stub;
-    grpc::Status status = Retried([&](grpc::ClientContext* context) {
-      return from.HandOver(context, request, &rows);
-    });
-    if (!status.ok()) return ServerError(source, "HandOver", status);
-    for (auto& [destination, part] : ByDestination(rows, handover)) {
+    if (auto s = HandOver(source, list, /*give_up=*/false, &rows); !s.ok()) {
+      return s;
+    }
+    for (auto& [to_server, part] : ByDestination(rows, handover)) {
       rpc::TakeOverRequest take;
       take.set_protocol_version(kProtocolVersion);
       for (const rpc::MovedTable& t : part.tables()) {
@@ -346,20 +411,28 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
       }
       *take.mutable_rows() = std::move(part);
       rpc::TakeOverResponse taken;
-      rpc::ParameterServer::StubInterface& to = *servers_[destination].stub;
-      status = Retried([&](grpc::ClientContext* context) {
+      rpc::ParameterServer::StubInterface& to = *servers_[to_server].stub;
+      grpc::Status status = Retried([&](grpc::ClientContext* context) {
         return to.TakeOver(context, take, &taken);
       });
-      if (!status.ok()) return ServerError(destination, "TakeOver", status);
+      if (!status.ok()) return ServerError(to_server, "TakeOver", status);
+    }
+  }
+  // 5. The old owners give the buckets up: from here until the new owners
+  // adopt the settled map, a read past the cut waits at the new owner.
+  for (const auto& [source, list] : by_source) {
+    rpc::MovedRows none;
+    if (auto s = HandOver(source, list, /*give_up=*/true, &none); !s.ok()) {
+      return s;
     }
   }
 
+  // 6. Settled: the new owners first (their requests go on), then the
+  // others (the old owners drop the rows).
+  const ShardMap settled = handover.Settled(buckets);
+  if (auto s = AdoptEverywhere(settled, destination); !s.ok()) return s;
   report.transfer = absl::Now() - handed - report.wait;
   report.held = absl::Now() - handed;
-
-  // 5. Settled.
-  const ShardMap settled = handover.Settled(buckets);
-  if (auto s = AdoptEverywhere(settled); !s.ok()) return s;
   report.buckets = buckets.size();
   report.map = std::make_shared<const ShardMap>(settled);
   report.total = absl::Now() - began;

@@ -6,24 +6,35 @@
 //      every worker it has seen and holds its requests past it. In sync
 //      and semi_async, not before every live worker has sent a request
 //      (UNAVAILABLE until then): a worker the cut does not name is past it
-//      at once, and its first requests would wait at the new owner for rows
+//      at once, and its first reads would wait at the new owner for rows
 //      that move only once the others, waiting for it (its pushes; its
 //      clock within the window), pass the cut.
-//   2. The cut: per worker, one clock past the newest any server saw (in
+//   2. The cut: per worker, one clock past the newest any server saw, and
+//      as many more as the fastest worker starts while the hold lasts
+//      (HoldAhead: then a request is seldom held) (in
 //      sync and semi_async, the newest of those for all: a round is never
 //      split, and no worker's cut lies beyond the window of one waiting at
 //      a new owner); the map's next version hands each bucket over at the
 //      cut.
 //      AdoptShardMap on every server: requests before the cut go to the
-//      old owner, from it to the new owner, which holds them until the
-//      rows arrive; a request split by the older map past the cut is
-//      refused whole ("moved"), the client re-splits it.
+//      old owner, from it to the new owner, which answers pushes at once
+//      and applies them when the rows arrive, and holds reads until the
+//      move settles (the old owner serves them until then, as the mode
+//      allows); a request split by the older map past the cut is refused
+//      whole ("moved"), the client re-splits it.
 //   3. PrepareMove(report) until every live worker has been seen past its
 //      cut: its requests before the cut are done (a PsClient starts a
 //      clock's requests after the last clock's are answered).
 //   4. HandOver on each old owner (after its queued gradients are applied;
-//      in sync, after the rounds before the cut), TakeOver on the new.
-//   5. AdoptShardMap(settled) on every server.
+//      in sync, after the rounds before the cut): a copy of the rows, which
+//      it goes on reading from; TakeOver on the new owners, which install
+//      them, apply the pushes kept for them and still hold their reads.
+//   5. HandOver(give_up) on each old owner: reads of the buckets are
+//      refused there from now on (the client asks the new owner).
+//   6. AdoptShardMap(settled) on the new owners, whose held reads then go
+//      on, then on the others (the old owners drop the rows).
+//   Between 5 and 6 a read past the cut waits: two short calls, not the
+//   rows' trip.
 // Moves run one at a time (Move is serialized). Calls that fail for a
 // while (UNAVAILABLE, DEADLINE_EXCEEDED) are made again; a failure that
 // lasts leaves the handover as far as it got and says where.
@@ -54,10 +65,13 @@ struct MoveReport {
   uint64_t rows = 0;                    // rows handed over, all tables
   uint64_t bytes = 0;                   // their weights, state and keys
   std::shared_ptr<const ShardMap> map;  // the settled map
-  absl::Duration wait;      // from the handover until the workers passed it
-  absl::Duration transfer;  // then HandOver and TakeOver
-  // From the handover until the rows were installed: the longest a request
-  // past the cut waited at a new owner (wait + transfer).
+  uint32_t hold_ahead = 0;  // clocks the cut lay past the newest seen
+  absl::Duration wait;  // from the handover until the workers passed it
+  // Then the copies (HandOver, TakeOver), the give-ups and the settled map.
+  absl::Duration transfer;
+  // From the handover until every server had the settled map: at most
+  // what a read refused by its old owner waited at a new owner (wait +
+  // transfer).
   absl::Duration held;
   absl::Duration total;
 };
@@ -78,7 +92,7 @@ class BucketMover {
   absl::StatusOr<MoveReport> Move(
       const std::vector<std::pair<uint32_t, uint32_t>>& moves);
 
-  // Carries out steps 3-5 for every handover `map` (the servers' map)
+  // Carries out steps 3-6 for every handover `map` (the servers' map)
   // holds open: those of a Move whose mover stopped before the end — server
   // 0, the coordinator, restarted in the middle of one. Each worker must be
   // past the latest cut any of them names. Errors as Move's.
@@ -93,16 +107,37 @@ class BucketMover {
     std::string endpoint;
     std::unique_ptr<rpc::ParameterServer::StubInterface> stub;
   };
-  absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> Prepare(bool hold)
+  // PrepareMove on every server; with `hold`, holding requests from
+  // `ahead` clocks past the newest seen. Notes the workers' clocks
+  // (Observe).
+  absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> Prepare(
+      bool hold, uint32_t ahead = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes the newest clock of each worker in `seen` and, from the last
+  // note at least kPaceInterval before, the fastest worker's pace.
+  void Observe(const std::vector<rpc::PrepareMoveResponse>& seen)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AdoptEverywhere(const ShardMap& map)
+  // How many clocks past the newest seen the cut goes (hold_ahead): those
+  // the fastest worker starts while the hold lasts (from PrepareMove(hold)
+  // until the handover map is in force, as long as the last one took),
+  // rounded up; 0 when that is under a tenth of a clock. A request held
+  // waits for that whole time; a cut further ahead costs no request
+  // anything, but the move waits that many more clocks of the workers.
+  uint32_t HoldAhead() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AdoptShardMap(map) on every server, those `first` marks first.
+  absl::Status AdoptEverywhere(const ShardMap& map,
+                               const std::vector<bool>& first = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Steps 3-5 for `buckets`, handed over by `handover` at `cut`; `began`
+  // Steps 3-6 for `buckets`, handed over by `handover` at `cut`; `began`
   // and `report` carry the move's start and what it counted so far.
   absl::StatusOr<MoveReport> Complete(const ShardMap& handover,
                                       const std::vector<uint32_t>& buckets,
                                       const ShardMap::Cut& cut,
                                       absl::Time began, MoveReport report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // HandOver of `buckets` on server `source`: a copy of their rows into
+  // `rows`, or (give_up) the old owner's refusal of them from then on.
+  absl::Status HandOver(uint32_t source, const std::vector<uint32_t>& buckets,
+                        bool give_up, rpc::MovedRows* rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ServerError(uint32_t server, const char* call,
                            const grpc::Status& status) const;
@@ -110,8 +145,8 @@ class BucketMover {
   // reachable yet (wait_for_ready: one restarting), made again after
   // UNAVAILABLE or DEADLINE_EXCEEDED (back-off from 10 ms, doubling to
   // 500 ms) for up to rpc_timeout: every call of a move is safe to repeat
-  // (HandOver answers a repeat with the same rows; TakeOver does not
-  // install rows that arrived already).
+  // (HandOver answers a repeat with the same rows, or gives up again;
+  // TakeOver does not install rows that arrived already).
   grpc::Status Retried(
       const std::function<grpc::Status(grpc::ClientContext*)>& call) const;
   std::unique_ptr<grpc::ClientContext> Context() const;
@@ -122,6 +157,14 @@ class BucketMover {
   std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;  // one move at a time
   std::vector<Server> servers_ ABSL_GUARDED_BY(mu_);
+  // The workers' pace: the newest clock of each (Observe), when it was
+  // noted, the fastest worker's clocks per second, and how long the last
+  // move's hold lasted.
+  static constexpr absl::Duration kPaceInterval = absl::Milliseconds(5);
+  ShardMap::Cut observed_ ABSL_GUARDED_BY(mu_);
+  absl::Time observed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  double clocks_per_s_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration hold_time_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hetps

@@ -22,6 +22,9 @@ namespace hetps {
 // How a server's refusal of a request split by an outdated map begins (an
 // ABORTED status): the client refreshes its map and splits again.
 inline constexpr char kMovedPrefix[] = "moved: ";
+// The most clocks a move's cut may lie past the newest clock of a worker
+// any server has seen (PrepareMoveRequest.hold_ahead).
+inline constexpr uint32_t kMaxHoldAhead = 64;
 inline bool IsMovedError(const absl::Status& status) {
   return status.code() == absl::StatusCode::kAborted &&
          absl::StrContains(status.message(), kMovedPrefix);

@@ -234,7 +234,7 @@ float* SparseTable::Row(const Stripe& stripe, uint32_t slot) const {
          uint64_t{slot & mask} * row_stride_;
 }
 
-uint32_t SparseTable::CreateRow(Stripe& stripe, uint64_t key) {
+uint32_t SparseTable::AddSlot(Stripe& stripe, uint64_t key) {
   const uint32_t slot = stripe.rows;
   if ((slot & ((uint32_t{1} << chunk_shift_) - 1)) == 0) {
     // Not zeroed: only the rows in use are ever touched, so a chunk's pages
@@ -244,6 +244,11 @@ uint32_t SparseTable::CreateRow(Stripe& stripe, uint64_t key) {
   }
   ++stripe.rows;
   stripe.index.emplace(key, slot);
+  return slot;
+}
+
+uint32_t SparseTable::CreateRow(Stripe& stripe, uint64_t key) {
+  const uint32_t slot = AddSlot(stripe, key);
   float* row = Row(stripe, slot);
   const uint64_t dim = config_.dim;
   for (uint64_t c = 0; c < dim; ++c) {
@@ -332,10 +337,71 @@ void SparseTable::PullAhead(std::span<const uint64_t> keys,
 
 void SparseTable::Push(std::span<const uint64_t> keys,
                        std::span<const float> grads, float step_scale) {
+  if (!holding_.load(std::memory_order_acquire)) {
+    return ApplyPush(keys, grads, step_scale);
+  }
+  HeldPush now(step_scale);  // the rows not held, when some are
+  bool some_held = false;
+  {
+    absl::MutexLock lock(&hold_mu_);
+    if (held_ != nullptr &&
+        std::any_of(keys.begin(), keys.end(), std::cref(held_))) {
+      HeldPush held(step_scale);
+      SplitHeld(keys, grads, &held, &now);
+      held_pushes_.push_back(std::move(held));
+      some_held = true;
+    }
+  }
+  // The rows not held are applied outside the lock (pushes go on in
+  // parallel): no later hold names them, since their buckets were here
+  // when this push was checked.
+  if (!some_held) return ApplyPush(keys, grads, step_scale);
+  if (!now.keys.empty()) ApplyPush(now.keys, now.grads, step_scale);
+}
+
+void SparseTable::SplitHeld(std::span<const uint64_t> keys,
+                            std::span<const float> grads, HeldPush* held,
+                            HeldPush* other) const {
+  const uint64_t dim = config_.dim;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    HeldPush* to = held_ != nullptr && held_(keys[i]) ? held : other;
+    to->keys.push_back(keys[i]);
+    to->grads.insert(to->grads.end(), grads.begin() + i * dim,
+                     grads.begin() + (i + 1) * dim);
+  }
+}
+
+void SparseTable::HoldPushes(std::function<bool(uint64_t)> held) {
+  absl::MutexLock lock(&hold_mu_);
+  held_ = std::move(held);
+  holding_.store(held_ != nullptr, std::memory_order_release);
+  // What the hold no longer names is applied, in the order it came, before
+  // a push can meet its rows (Push takes this lock while holding_).
+  std::vector<HeldPush> still;
+  for (const HeldPush& push : held_pushes_) {
+    HeldPush keep(push.step_scale);
+    HeldPush now(push.step_scale);
+    SplitHeld(push.keys, push.grads, &keep, &now);
+    if (!now.keys.empty()) ApplyPush(now.keys, now.grads, now.step_scale);
+    if (!keep.keys.empty()) still.push_back(std::move(keep));
+  }
+  held_pushes_ = std::move(still);
+}
+
+uint64_t SparseTable::held_rows() const {
+  absl::MutexLock lock(&hold_mu_);
+  uint64_t rows = 0;
+  for (const HeldPush& push : held_pushes_) rows += push.keys.size();
+  return rows;
+}
+
+void SparseTable::ApplyPush(std::span<const uint64_t> keys,
+                            std::span<const float> grads, float step_scale) {
   const uint64_t dim = config_.dim;
   if (keys.size() > kMaxChunk) {
-    Push(keys.first(kMaxChunk), grads.first(kMaxChunk * dim), step_scale);
-    Push(keys.subspan(kMaxChunk), grads.subspan(kMaxChunk * dim), step_scale);
+    ApplyPush(keys.first(kMaxChunk), grads.first(kMaxChunk * dim), step_scale);
+    ApplyPush(keys.subspan(kMaxChunk), grads.subspan(kMaxChunk * dim),
+              step_scale);
     return;
   }
   StripeGroups& g = ThreadGroups();
@@ -395,11 +461,13 @@ void SparseTable::ForEachRow(
 
 void SparseTable::ForEachRowWithState(
     const std::function<void(uint64_t, std::span<const float>,
-                             std::span<const float>, uint64_t)>& fn) const {
+                             std::span<const float>, uint64_t)>& fn,
+    const std::function<bool(uint64_t)>& take) const {
   const uint64_t dim = config_.dim;
   for (const auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     for (const auto& [key, slot] : stripe->index) {
+      if (take && !take(key)) continue;
       const float* row = Row(*stripe, slot);
       fn(key, std::span<const float>(row, dim),
          std::span<const float>(row + dim, state_width_),
@@ -567,12 +635,22 @@ void SparseTable::RestoreRow(uint64_t key, std::span<const float> weights,
                              uint64_t update_count) {
   Stripe& stripe = *stripes_[StripeOf(key)];
   absl::MutexLock lock(&stripe.mu);
+  const uint64_t dim = config_.dim;
   const auto it = stripe.index.find(key);
-  const uint32_t slot =
-      it != stripe.index.end() ? it->second : CreateRow(stripe, key);
+  uint32_t slot;
+  if (it != stripe.index.end()) {
+    slot = it->second;
+  } else if (weights.size() >= dim && state.size() >= state_width_) {
+    // Written whole below: no initial values to compute (a move installs
+    // thousands of rows while their requests wait).
+    slot = AddSlot(stripe, key);
+    const uint64_t padding_at = dim + state_width_ + 2;
+    if (padding_at < row_stride_) Row(stripe, slot)[padding_at] = 0.0f;
+  } else {
+    slot = CreateRow(stripe, key);
+  }
   if (stripe.snapshot != nullptr) BeforeRowWrite(stripe, slot);
   float* row = Row(stripe, slot);
-  const uint64_t dim = config_.dim;
   std::copy_n(weights.begin(), std::min<uint64_t>(dim, weights.size()), row);
   std::copy_n(state.begin(), std::min<uint64_t>(state_width_, state.size()),
               row + dim);

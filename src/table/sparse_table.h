@@ -9,6 +9,7 @@
 // `stripes` lock round trips, not 100k.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,6 +59,16 @@ class SparseTable {
   void Push(std::span<const uint64_t> keys, std::span<const float> grads,
             float step_scale = 1.0f);
 
+  // Rows on their way here (a bucket moving in; server/ps_server_moves.cc):
+  // while `held` names a key, Push sets its gradient aside, with its
+  // step_scale, instead of applying it. Called again with a `held` that no
+  // longer names a key (null: none), it first applies what was set aside
+  // for that key, in the order it came, so a push that follows meets the
+  // row with those steps taken. Pushes of other keys go on meanwhile.
+  void HoldPushes(std::function<bool(uint64_t)> held);
+  // Gradient rows set aside by HoldPushes and not yet applied.
+  uint64_t held_rows() const;
+
   // Number of rows held.
   uint64_t size() const;
 
@@ -73,11 +84,14 @@ class SparseTable {
   // Floats of optimizer state per row.
   uint64_t state_width() const { return state_width_; }
 
-  // As ForEachRow, with the row's optimizer state (state_width() floats):
-  // what a checkpoint saves.
+  // As ForEachRow, with the row's optimizer state (state_width() floats),
+  // for the rows whose key `take` accepts (every row without it): what a
+  // bucket handed over copies. A row `take` refuses is not read, so a few
+  // rows of a large table cost a pass over its index, not over its rows.
   void ForEachRowWithState(
       const std::function<void(uint64_t, std::span<const float>,
-                               std::span<const float>, uint64_t)>& fn) const;
+                               std::span<const float>, uint64_t)>& fn,
+      const std::function<bool(uint64_t)>& take = nullptr) const;
 
   // A copy of the table as it was at one instant, read while the table goes
   // on changing (what a checkpoint writes; TakeSnapshot).
@@ -146,6 +160,10 @@ class SparseTable {
   // the 64-bit update count in the next two floats' bytes.
   float* Row(const Stripe& stripe, uint32_t slot) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+  // Adds a slot for `key`, which `stripe` does not hold, its row not yet
+  // written, and returns it.
+  uint32_t AddSlot(Stripe& stripe, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
   // Adds the initialised row of `key`, which `stripe` does not hold, and
   // returns its slot.
   uint32_t CreateRow(Stripe& stripe, uint64_t key)
@@ -158,6 +176,15 @@ class SparseTable {
   // rows, with the index prefetched ahead.
   void LocateRows(Stripe& stripe, const uint64_t* keys, uint32_t count,
                   uint32_t* slots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+  // Push without HoldPushes' check: the steps themselves.
+  void ApplyPush(std::span<const uint64_t> keys, std::span<const float> grads,
+                 float step_scale);
+  struct HeldPush;
+  // Appends the rows of `keys` (and their gradients) that held_ names to
+  // `held`, the others to `other`.
+  void SplitHeld(std::span<const uint64_t> keys, std::span<const float> grads,
+                 HeldPush* held, HeldPush* other) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(hold_mu_);
 
   const TableConfig config_;
   const std::unique_ptr<Optimizer> optimizer_;
@@ -167,6 +194,20 @@ class SparseTable {
   // Rows are stored in chunks of 2^chunk_shift_ (about 1 MiB each).
   const uint32_t chunk_shift_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
+
+  // HoldPushes: the keys held, and per push that met them, their gradient
+  // rows set aside, in the order they came. `holding_` is set while
+  // `held_` is, so Push takes hold_mu_ only during a move.
+  struct HeldPush {
+    explicit HeldPush(float scale) : step_scale(scale) {}
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    float step_scale;
+  };
+  mutable absl::Mutex hold_mu_;
+  std::function<bool(uint64_t)> held_ ABSL_GUARDED_BY(hold_mu_);
+  std::vector<HeldPush> held_pushes_ ABSL_GUARDED_BY(hold_mu_);
+  std::atomic<bool> holding_{false};
 
  public:
   class Snapshot {

@@ -34,7 +34,7 @@ TEST(HotRowCacheTest, RowsInAShareOfThePullsAreHot) {
   EXPECT_FALSE(cache.IsHot(1, 1)) << "another table's key 1";
 }
 
-TEST(HotRowCacheTest, ReadsOnlyRowsAsNewAsAskedAndKeepsAtMostMaxRows) {
+TEST(HotRowCacheTest, ReadsOnlyRowsWithinTheBoundAndKeepsAtMostMaxRows) {
   HotRowCache cache(Config(0.2, /*max_rows=*/2));
   const std::vector<float> row{1.5f, -2.0f};
   cache.Store(0, 7, /*version=*/10, row);
@@ -42,18 +42,66 @@ TEST(HotRowCacheTest, ReadsOnlyRowsAsNewAsAskedAndKeepsAtMostMaxRows) {
   cache.Store(0, 9, 12, row);  // no room
   EXPECT_EQ(cache.rows(0), 2u);
   std::vector<float> out(2, 0.0f);
-  EXPECT_EQ(cache.Read(0, 7, 10, out), 10u);
+  auto kept = cache.Read(0, 7, /*known=*/12, /*bound=*/2, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->version, 10u);
+  EXPECT_EQ(kept->lag, 2u) << "without max_drift a row's bound is the servers'";
   EXPECT_EQ(out, row);
-  EXPECT_EQ(cache.Read(0, 7, 11, out), std::nullopt) << "older than asked";
-  EXPECT_EQ(cache.Read(0, 9, 0, out), std::nullopt);
+  EXPECT_EQ(cache.Read(0, 7, 13, 2, out), std::nullopt) << "3 applies behind";
+  EXPECT_EQ(cache.Read(0, 9, 0, 2, out), std::nullopt);
   // A refresh keeps the slot and takes the new version.
   cache.Store(0, 7, 20, std::vector<float>{3.0f, 4.0f});
-  EXPECT_EQ(cache.Read(0, 7, 20, out), 20u);
+  kept = cache.Read(0, 7, 20, 2, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->version, 20u);
   EXPECT_EQ(out, (std::vector<float>{3.0f, 4.0f}));
   cache.Expire(0, [](uint64_t, uint64_t version) { return version < 15; });
   EXPECT_EQ(cache.rows(0), 1u);
   cache.Store(0, 9, 12, row);  // room again
-  EXPECT_EQ(cache.Read(0, 9, 12, out), 12u);
+  EXPECT_TRUE(cache.Read(0, 9, 12, 2, out).has_value());
+}
+
+// max_drift 0.1: a row's own bound is the applies in which it moves a tenth
+// of its length, at the pace between the worker's last two reads of it.
+TEST(HotRowCacheTest, ARowsBoundFollowsHowFastItMoves) {
+  HotRowsConfig config = Config(0.2);
+  config.max_drift = 0.1;
+  HotRowCache cache(config);
+  std::vector<float> out(2);
+  const uint64_t bound = 50;
+  // Seen once: no pace yet, read again from the server at the next apply.
+  cache.Store(0, 1, 0, std::vector<float>{3.0f, 4.0f});
+  ASSERT_TRUE(cache.Read(0, 1, 0, bound, out).has_value());
+  EXPECT_EQ(cache.Read(0, 1, 1, bound, out), std::nullopt);
+  // Moved by 0.5 (a tenth of its length 5) in 4 applies: bound 4.
+  cache.Store(0, 1, 4, std::vector<float>{3.3f, 4.4f});
+  auto kept = cache.Read(0, 1, 8, bound, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->lag, 4u);
+  EXPECT_EQ(out, (std::vector<float>{3.3f, 4.4f}));
+  EXPECT_EQ(cache.Read(0, 1, 9, bound, out), std::nullopt);
+  // About a quarter of that pace: moved 0.1375, 2.45% of its new length
+  // 5.61, in 4 applies: bound 0.1 * 4 / 0.0245 = 16.3, so 16.
+  cache.Store(0, 1, 8, std::vector<float>{3.3f, 4.4f + 0.1375f});
+  kept = cache.Read(0, 1, 8, bound, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->lag, 16u);
+  // A row that did not move at all is read up to the servers' bound.
+  cache.Store(0, 1, 9, std::vector<float>{3.3f, 4.4f + 0.1375f});
+  kept = cache.Read(0, 1, 9, bound, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->lag, bound);
+  // A read at the version already kept tells nothing and changes nothing.
+  cache.Store(0, 1, 9, std::vector<float>{100.0f, 100.0f});
+  ASSERT_TRUE(cache.Read(0, 1, 9, bound, out).has_value());
+  EXPECT_EQ(out[0], 3.3f);
+  // A row seen for the first time starts with the table's typical bound:
+  // the moving average over 64 measures of 4, 16 and 1024 (the unmoved
+  // row, counted up to 1024) from 0 is 16.3.
+  cache.Store(0, 2, 9, std::vector<float>{1.0f, 1.0f});
+  kept = cache.Read(0, 2, 9, bound, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->lag, 16u);
 }
 
 JobConfig AsyncJob(uint32_t workers) {
@@ -76,8 +124,14 @@ JobConfig AsyncJob(uint32_t workers) {
 
 class HotRowClientTest : public ::testing::Test {
  protected:
+  explicit HotRowClientTest(
+      HotRowsConfig hot_rows = AsyncJob(2).client.hot_rows)
+      : hot_rows_(hot_rows) {}
+
   void SetUp() override {
-    auto node = ServerNode::Start(AsyncJob(2), 0, "127.0.0.1:0");
+    JobConfig job = AsyncJob(2);
+    job.client.hot_rows = hot_rows_;
+    auto node = ServerNode::Start(job, 0, "127.0.0.1:0");
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
   }
@@ -86,7 +140,7 @@ class HotRowClientTest : public ::testing::Test {
     PsClientOptions options;
     options.endpoints = {"127.0.0.1:" + std::to_string(node_->port())};
     options.worker_id = worker;
-    options.rpc.hot_rows = AsyncJob(2).client.hot_rows;
+    options.rpc.hot_rows = hot_rows_;
     options.push_to_all_servers = false;
     auto client = PsClient::Connect(options);
     EXPECT_TRUE(client.ok()) << client.status();
@@ -105,6 +159,7 @@ class HotRowClientTest : public ::testing::Test {
             .ok());
   }
 
+  const HotRowsConfig hot_rows_;
   std::unique_ptr<ServerNode> node_;
 };
 
@@ -175,6 +230,60 @@ TEST_F(HotRowClientTest, ACopyFoundOverTheBoundByThePullIsPulledAgain) {
   EXPECT_EQ(rows[0], -3.0f);
   EXPECT_EQ(a->pull_stats().refetched_rows, 2u);
   EXPECT_EQ(a->pull_stats().cached_rows, 0u);
+}
+
+// max_drift 0.5 within a bound of 8 applies: each row is read from its copy
+// for as many applies as it takes to move half its length at its own pace.
+class DriftClientTest : public HotRowClientTest {
+ protected:
+  static HotRowsConfig ByDrift() {
+    HotRowsConfig config = Config(0.2);
+    config.max_lag = 8;
+    config.max_drift = 0.5;
+    return config;
+  }
+  DriftClientTest() : HotRowClientTest(ByDrift()) {}
+
+  std::vector<float> Pull(PsClient& client) {
+    std::vector<uint64_t> keys{7, 8};
+    std::vector<float> rows(2, -100);
+    EXPECT_TRUE(client.PullSparse("emb", keys, rows).ok());
+    return rows;
+  }
+};
+
+TEST_F(DriftClientTest, EachRowIsReadFromItsCopyAsLongAsItsOwnPaceAllows) {
+  auto client = Client(0);
+  ASSERT_NE(client, nullptr);
+  // Key 7 takes a push (one apply) before every pull; key 8 never moves.
+  EXPECT_EQ(Pull(*client), (std::vector<float>{0, 0}));  // kept, bound 0
+  Push(*client, 7, 1.0f);  // apply 1
+  // Both pulled again (no pace known yet). Key 7 moved its whole length in
+  // an apply (bound 0.5 * 1 / 1 = 0); key 8 did not move (bound 8).
+  EXPECT_EQ(Pull(*client), (std::vector<float>{-1, 0}));
+  EXPECT_EQ(client->pull_stats().pulled_rows, 4u);
+  Push(*client, 7, 1.0f);  // apply 2
+  // Key 7 pulled (-2: it moved half its length, bound 0.5 * 1 / 0.5 = 1),
+  // key 8 read from its copy.
+  EXPECT_EQ(Pull(*client), (std::vector<float>{-2, 0}));
+  EXPECT_EQ(client->pull_stats().pulled_rows, 5u);
+  EXPECT_EQ(client->pull_stats().cached_rows, 1u);
+  Push(*client, 7, 1.0f);  // apply 3: the server holds -3
+  // Both from their copies: key 7's is one apply old, its bound.
+  EXPECT_EQ(Pull(*client), (std::vector<float>{-2, 0}));
+  EXPECT_EQ(client->pull_stats().pulled_rows, 5u);
+  EXPECT_EQ(client->pull_stats().cached_rows, 3u);
+  Push(*client, 7, 1.0f);  // apply 4: key 7's copy is 2 applies old
+  EXPECT_EQ(Pull(*client), (std::vector<float>{-4, 0}));
+  EXPECT_EQ(client->pull_stats().pulled_rows, 6u);
+  EXPECT_EQ(client->pull_stats().cached_rows, 4u);
+
+  // The servers' record: the oldest copy a push used was key 8's, read at
+  // apply 1, in the step whose pull the server answered at apply 3.
+  const AggregatorStats record = node_->ps().Info().stats();
+  EXPECT_EQ(record.read_lag_bound(), 8u);
+  EXPECT_EQ(record.max_read_lag(), 2u);
+  EXPECT_EQ(record.read_lag_violations(), 0u);
 }
 
 }  // namespace

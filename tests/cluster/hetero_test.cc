@@ -459,7 +459,12 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
         {testing::HetpsBinary(), "launch", config, "-v", "--run-dir",
          dir.path() + "/run", "--set",
          absl::StrCat("cluster.ps_endpoints=", endpoints[0], ",", endpoints[1]),
-         "--set", "train.epochs=4"},
+         "--set", "train.epochs=4",
+         // The plan stays the profiles' 4:1: a sanitizer build, or a busy
+         // CI core, measures a worker below its profile (CI planned 13 for
+         // a slow worker), and the re-plan that follows is the planner's
+         // own tests' subject, not this one's.
+         "--set", "planner.replan_threshold=1"},
         std::chrono::seconds(120));
     over = true;
   });
@@ -487,10 +492,8 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
     const int rank = w["rank"].get<int>();
     EXPECT_EQ(w["live"], true) << rank;
     EXPECT_EQ(w["emulated"], true) << rank;
-    // 4:1 of the 200 per step by the profiles (80/20); re-planned from the
-    // measured speeds when a worker cannot keep up with its profile (a
-    // sanitizer build), so within a few samples of that.
-    EXPECT_NEAR(w["batch_size"].get<double>(), rank < 2 ? 80 : 20, 6) << rank;
+    // 4:1 of the 200 per step by the profiles.
+    EXPECT_EQ(w["batch_size"], rank < 2 ? 80 : 20) << rank;
     EXPECT_EQ(w["push_freq"], 1) << rank;
     EXPECT_GT(w["clock"].get<uint64_t>(), 0u) << rank;
     EXPECT_GT(w["busy_fraction"].get<double>(), 0.3) << rank;

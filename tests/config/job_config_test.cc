@@ -277,6 +277,11 @@ TEST(JobConfigTest, ValidationNamesTheField) {
                    "client: {hot_rows: {enabled: true, hot_share: 0}}\n"),
       StatusIs(kInvalid, HasSubstr("client.hot_rows.hot_share: must "
                                    "be in (0, 1], got 0")));
+  EXPECT_THAT(
+      ValidateYaml("mode: async\n"
+                   "client: {hot_rows: {enabled: true, max_drift: -0.1}}\n"),
+      StatusIs(kInvalid, HasSubstr("client.hot_rows.max_drift: must "
+                                   "be 0 or more, got -0.1")));
   EXPECT_TRUE(
       ValidateYaml("mode: async\nclient: {hot_rows: {enabled: true}}\n").ok());
   EXPECT_THAT(ValidateYaml("log_level: loud\n"),

@@ -696,10 +696,14 @@ struct MovingKey {
 };
 
 MovingKey ServersAndAMovingKey(ConsistencyMode mode = ConsistencyMode::kAsync,
-                               uint32_t workers = 1) {
+                               uint32_t workers = 1, int window = 0) {
   JobConfig config = TwoTableJob();
   config.mode = mode;
   config.cluster.workers = workers;
+  if (window > 0) {
+    config.window = window;
+    config.semi_async.adapt_window = false;
+  }
   config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
   MovingKey m;
   auto old_owner = PsServer::Create(config, 1);
@@ -714,99 +718,44 @@ MovingKey ServersAndAMovingKey(ConsistencyMode mode = ConsistencyMode::kAsync,
   return m;
 }
 
-// The rows of a handed-over bucket leave the old owner with their optimizer
-// state and arrive at the new one; the new owner holds the bucket's requests
-// until they do, then applies them on the moved rows.
-TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndReleaseHeldPushes) {
-  MovingKey m = ServersAndAMovingKey();
-  ASSERT_TRUE(m.old_owner && m.new_owner);
-  auto& old_owner = m.old_owner;
-  auto& new_owner = m.new_owner;
-  const ShardMap& v1 = m.v1;
-  const uint64_t moving = m.key;
-  const uint32_t bucket = m.bucket;
-  auto push = [&](PsServer& server, uint64_t clock, uint64_t split) {
-    return PushOnes(server, clock, split, {moving});
-  };
-  // Two pushes before the cut at the old owner.
-  ASSERT_TRUE(push(*old_owner, 0, 1).ok());
-  ASSERT_TRUE(push(*old_owner, 1, 1).ok());
-  std::vector<float> trained(4);
-  ASSERT_TRUE(old_owner->sparse_table("emb")->Lookup(moving, trained));
-
-  auto v2 =
-      v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 2}}});
-  ASSERT_TRUE(v2.ok());
-  ASSERT_TRUE(old_owner->AdoptMap(*v2));
-  ASSERT_TRUE(new_owner->AdoptMap(*v2));
-  // The push past the cut waits at the new owner for the rows.
-  std::atomic<bool> pushed{false};
-  grpc::Status held;
-  std::thread pusher([&] {
-    held = push(*new_owner, 2, 2);
-    pushed = true;
-  });
-  // Once the new owner has seen the push (its clock in PrepareMove's
-  // report), the push is at or before the gate: it must not be through.
-  auto seen_at_cut = [&] {
-    rpc::PrepareMoveRequest report;
-    report.set_protocol_version(kProtocolVersion);
-    rpc::PrepareMoveResponse seen;
-    grpc::ServerContext report_ctx;
-    EXPECT_TRUE(new_owner->PrepareMove(&report_ctx, &report, &seen).ok());
-    for (const rpc::WorkerCut& w : seen.seen()) {
-      if (w.worker() == 0 && w.clock() == 2) return true;
-    }
-    return false;
-  };
-  ASSERT_TRUE(testing::WaitFor(seen_at_cut))
-      << "the push never reached the new owner";
-  EXPECT_FALSE(pushed.load()) << "applied before the rows arrived";
-  EXPECT_EQ(new_owner->sparse_table("emb")->size(), 0u);
-
+// `server`'s HandOver of `bucket`: a copy of its rows, or (`give_up`) no
+// rows and its reads refused from then on.
+grpc::Status HandOverBucket(PsServer& server, uint32_t bucket,
+                            bool give_up = false,
+                            rpc::MovedRows* rows = nullptr) {
   rpc::HandOverRequest hand;
   hand.set_protocol_version(kProtocolVersion);
   hand.add_buckets(bucket);
-  rpc::MovedRows rows;
+  hand.set_give_up(give_up);
+  rpc::MovedRows scratch;
   grpc::ServerContext ctx;
-  ASSERT_TRUE(old_owner->HandOver(&ctx, &hand, &rows).ok());
-  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 0u);
-  // A late request before the cut finds the rows gone: refused as moved,
-  // not served from a fresh row.
-  EXPECT_EQ(push(*old_owner, 1, 2).error_code(), grpc::StatusCode::ABORTED);
-  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 0u);
-  // Only the pending bucket's, and only from its old owner.
-  rpc::HandOverRequest wrong = hand;
-  wrong.set_buckets(0, bucket + 1);
-  grpc::ServerContext ctx2;
-  EXPECT_EQ(old_owner->HandOver(&ctx2, &wrong, &rows).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
-
-  rpc::TakeOverRequest take;
-  take.set_protocol_version(kProtocolVersion);
-  *take.mutable_rows() = rows;
-  rpc::TakeOverResponse taken;
-  grpc::ServerContext ctx3;
-  ASSERT_TRUE(new_owner->TakeOver(&ctx3, &take, &taken).ok());
-  EXPECT_EQ(taken.rows(), 1u);
-  pusher.join();
-  ASSERT_TRUE(held.ok()) << held.error_message();
-  // sgd lr 0.5 (TwoTableJob): three pushes of 1.0 in all, exactly.
-  std::vector<float> row(4);
-  ASSERT_TRUE(new_owner->sparse_table("emb")->Lookup(moving, row));
-  for (int c = 0; c < 4; ++c) {
-    EXPECT_EQ(row[c], trained[c] - 0.5f) << c;
-  }
+  return server.HandOver(&ctx, &hand, rows != nullptr ? rows : &scratch);
 }
 
-// `server` hands `bucket` over (the mover's HandOver), its rows dropped.
-grpc::Status HandOverBucket(PsServer& server, uint32_t bucket) {
-  rpc::HandOverRequest hand;
-  hand.set_protocol_version(kProtocolVersion);
-  hand.add_buckets(bucket);
-  rpc::MovedRows rows;
-  grpc::ServerContext ctx;
-  return server.HandOver(&ctx, &hand, &rows);
+// Two pushes of 1.0 to m.key at its old owner (worker 0, clocks 0 and 1),
+// then the map that hands its bucket over to server 0 from worker 0's
+// clock 2, adopted by both servers.
+absl::StatusOr<ShardMap> PushTwiceThenHandOver(MovingKey& m) {
+  for (uint64_t clock : {0, 1}) {
+    const grpc::Status pushed = PushOnes(*m.old_owner, clock, 1, {m.key});
+    if (!pushed.ok()) return absl::InternalError(pushed.error_message());
+  }
+  auto v2 =
+      m.v1.WithHandover({{m.bucket, 0}}, {{0, {.incarnation = 0, .clock = 2}}});
+  if (!v2.ok()) return v2.status();
+  if (!m.old_owner->AdoptMap(*v2) || !m.new_owner->AdoptMap(*v2)) {
+    return absl::InternalError("a server did not adopt the handover map");
+  }
+  return v2;
+}
+
+// A key of m's old owner in another bucket than m.key's: it stays.
+uint64_t StayingKey(const MovingKey& m) {
+  uint64_t staying = m.key + 1;
+  while (m.v1.ServerOf(staying) != 1 || m.v1.BucketOf(staying) == m.bucket) {
+    ++staying;
+  }
+  return staying;
 }
 
 // What `pull` reads from `server` (one row), or its refusal.
@@ -825,22 +774,111 @@ absl::StatusOr<std::vector<float>> ReadRow(PsServer& server,
   return row;
 }
 
+// The rows of a handed-over bucket are copied from the old owner with their
+// optimizer state to the new one. A push past the cut is answered by the
+// new owner at once: its table holds the bucket's gradients until the rows
+// arrive and applies them then, before any push that follows. Reads wait
+// there until the move settles (the old owner serves them until it gives
+// the bucket up); the old owner drops its rows as it settles.
+TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndApplyHeldPushes) {
+  MovingKey m = ServersAndAMovingKey();
+  ASSERT_TRUE(m.old_owner && m.new_owner);
+  auto& old_owner = m.old_owner;
+  auto& new_owner = m.new_owner;
+  const uint64_t moving = m.key;
+  const uint32_t bucket = m.bucket;
+  auto push = [&](PsServer& server, uint64_t clock, uint64_t split) {
+    return PushOnes(server, clock, split, {moving});
+  };
+  // Two pushes before the cut at the old owner, then the handover.
+  auto v2 = PushTwiceThenHandOver(m);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  std::vector<float> trained(4);
+  ASSERT_TRUE(old_owner->sparse_table("emb")->Lookup(moving, trained));
+  SparseTable& table = *new_owner->sparse_table("emb");
+  // Two pushes past the cut: answered, held, no row made.
+  ASSERT_TRUE(push(*new_owner, 2, 2).ok());
+  ASSERT_TRUE(push(*new_owner, 3, 2).ok());
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_EQ(table.held_rows(), 2u);
+  // A read waits for the move to settle (a handler that may not block
+  // answers UNAVAILABLE where it would wait).
+  auto read_here = [&] {
+    PsServer::NoBlockingScope no_blocking;
+    rpc::PullSparseRequest pull = PullOf({moving}, 4, 2);
+    rpc::PullSparseResponse got;
+    grpc::ServerContext ctx;
+    return AwaitPullAnswer(*new_owner, &PsServer::PullSparse, &ctx, &pull,
+                           &got);
+  };
+  EXPECT_EQ(read_here().error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  rpc::MovedRows rows;
+  ASSERT_TRUE(HandOverBucket(*old_owner, bucket, false, &rows).ok());
+  ASSERT_EQ(rows.tables(0).update_counts_size(), 1);
+  EXPECT_EQ(rows.tables(0).update_counts(0), 2u) << "only the pushes before";
+  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 1u) << "a copy";
+  // Only the pending bucket's, and only from its old owner.
+  rpc::HandOverRequest wrong;
+  wrong.set_protocol_version(kProtocolVersion);
+  wrong.add_buckets(bucket + 1);
+  grpc::ServerContext ctx2;
+  rpc::MovedRows none;
+  EXPECT_EQ(old_owner->HandOver(&ctx2, &wrong, &none).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(new_owner->HandOver(&ctx2, &wrong, &none).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  rpc::TakeOverRequest take;
+  take.set_protocol_version(kProtocolVersion);
+  *take.mutable_rows() = rows;
+  rpc::TakeOverResponse taken;
+  grpc::ServerContext ctx3;
+  ASSERT_TRUE(new_owner->TakeOver(&ctx3, &take, &taken).ok());
+  EXPECT_EQ(taken.rows(), 1u);
+  EXPECT_EQ(table.size(), 1u);
+  EXPECT_EQ(table.held_rows(), 0u);
+  // sgd lr 0.5 (TwoTableJob): the two held pushes of 1.0 on the moved row,
+  // and the next push on top of them.
+  std::vector<float> row(4);
+  ASSERT_TRUE(table.Lookup(moving, row));
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(row[c], trained[c] - 1.0f) << c;
+  ASSERT_TRUE(push(*new_owner, 4, 2).ok());
+  ASSERT_TRUE(table.Lookup(moving, row));
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(row[c], trained[c] - 1.5f) << c;
+  EXPECT_EQ(read_here().error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "read before the old owner gave the bucket up";
+  // A TakeOver made again installs nothing over the row.
+  ASSERT_TRUE(new_owner->TakeOver(&ctx3, &take, &taken).ok());
+  EXPECT_EQ(taken.rows(), 0u);
+
+  ASSERT_TRUE(HandOverBucket(*old_owner, bucket, /*give_up=*/true).ok());
+  // A late request before the cut finds the bucket given up: refused as
+  // moved, not applied to the rows left here.
+  EXPECT_EQ(push(*old_owner, 1, 2).error_code(), grpc::StatusCode::ABORTED);
+  const ShardMap v3 = v2->Settled({bucket});
+  ASSERT_TRUE(new_owner->AdoptMap(v3));
+  auto settled = ReadRow(*new_owner, PullOf({moving}, 5, 3));
+  ASSERT_TRUE(settled.ok()) << settled.status();
+  EXPECT_EQ(*settled, row);
+  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 1u);
+  ASSERT_TRUE(old_owner->AdoptMap(v3));
+  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 0u) << "dropped";
+}
+
+
 // A read past the cut of a bucket being handed over does not wait for its
-// rows at the new owner: its old owner serves it while it holds them (async
-// and semi_async read what was applied), and refuses it as moved once they
-// have left — without making a fresh row of it.
+// rows at the new owner: its old owner serves it until it gives the bucket
+// up (async and semi_async read what was applied; the new owner applies
+// nothing of it before), the copy of the rows made for the new owner
+// included, and refuses it as moved after.
 TEST(PsServerShardingTest,
-     ReadsPastTheCutAreServedByTheOldOwnerUntilItHandsOver) {
+     ReadsPastTheCutAreServedByTheOldOwnerUntilItGivesUp) {
   MovingKey m = ServersAndAMovingKey();
   ASSERT_TRUE(m.old_owner && m.new_owner);
   PsServer& old_owner = *m.old_owner;
-  ASSERT_TRUE(PushOnes(old_owner, 0, 1, {m.key}).ok());
-  ASSERT_TRUE(PushOnes(old_owner, 1, 1, {m.key}).ok());
-  auto v2 =
-      m.v1.WithHandover({{m.bucket, 0}}, {{0, {.incarnation = 0, .clock = 2}}});
-  ASSERT_TRUE(v2.ok());
-  ASSERT_TRUE(old_owner.AdoptMap(*v2));
-  ASSERT_TRUE(m.new_owner->AdoptMap(*v2));
+  auto v2 = PushTwiceThenHandOver(m);
+  ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(v2->ReaderOf(m.key), 1u);
   EXPECT_EQ(v2->ServerAt(m.key, {0, 0, 5}), 0u);
   // Two steps of sgd lr 0.5 on 1.0 from zero: -1 in every column, under
@@ -852,24 +890,80 @@ TEST(PsServerShardingTest,
   }
 
   ASSERT_TRUE(HandOverBucket(old_owner, m.bucket).ok());
+  auto copied = ReadRow(old_owner, PullOf({m.key}, 5, 2));
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(*copied, std::vector<float>(4, -1.0f));
+
+  ASSERT_TRUE(HandOverBucket(old_owner, m.bucket, /*give_up=*/true).ok());
   auto gone = ReadRow(old_owner, PullOf({m.key}, 5, 2));
   EXPECT_TRUE(IsMovedError(gone.status())) << gone.status();
   EXPECT_THAT(gone.status().message(), HasSubstr("handed over to server 0"));
+  EXPECT_EQ(old_owner.sparse_table("emb")->size(), 1u);
+  ASSERT_TRUE(old_owner.AdoptMap(v2->Settled({m.bucket})));
   EXPECT_EQ(old_owner.sparse_table("emb")->size(), 0u);
+}
+
+// PrepareMove(hold) holds a worker's requests from `hold_ahead` clocks past
+// the newest seen (the mover puts the cut there), until the next map; the
+// ones before go on. A peer cannot push the hold point past the clock bits.
+TEST(PsServerShardingTest, PrepareMoveHoldsRequestsFromHoldAheadClocksOn) {
+  MovingKey m = ServersAndAMovingKey();
+  ASSERT_TRUE(m.old_owner);
+  PsServer& server = *m.old_owner;
+  ASSERT_TRUE(PushOnes(server, 5, 1, {m.key}).ok());
+  auto prepare = [&](bool hold, uint32_t ahead, rpc::PrepareMoveResponse* seen) {
+    rpc::PrepareMoveRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_hold(hold);
+    request.set_hold_ahead(ahead);
+    grpc::ServerContext ctx;
+    return server.PrepareMove(&ctx, &request, seen);
+  };
+  rpc::PrepareMoveResponse seen;
+  EXPECT_EQ(prepare(true, kMaxHoldAhead + 1, &seen).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(prepare(true, 2, &seen).ok());
+  ASSERT_EQ(seen.seen_size(), 1);
+  EXPECT_EQ(seen.seen(0).clock(), 5u);
+  // The map comes with the hold only (the mover's reports poll).
+  EXPECT_EQ(seen.shard_map().version(), m.v1.version());
+  EXPECT_EQ(seen.shard_map().bucket_owner_size(),
+            static_cast<int>(m.v1.num_buckets()));
+  // Clocks 6 and 7 lie before a cut at 8 at the earliest: not held.
+  EXPECT_TRUE(PushOnes(server, 6, 1, {m.key}).ok());
+  EXPECT_TRUE(PushOnes(server, 7, 1, {m.key}).ok());
+  std::atomic<bool> pushed{false};
+  grpc::Status held;
+  std::thread pusher([&] {
+    held = PushOnes(server, 8, 1, {m.key});
+    pushed = true;
+  });
+  auto seen_at = [&](uint64_t clock) {
+    rpc::PrepareMoveResponse report;
+    EXPECT_TRUE(prepare(false, 0, &report).ok());
+    EXPECT_FALSE(report.has_shard_map());
+    return report.seen_size() == 1 && report.seen(0).clock() == clock;
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return seen_at(8); }));
+  EXPECT_FALSE(pushed.load()) << "clock 8 not held";
+  // The next map answers it: split by the map before, it is refused whole
+  // for the client to split again.
+  ASSERT_TRUE(server.AdoptMap(m.v1.WithOwners({})));
+  pusher.join();
+  EXPECT_EQ(held.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(held.error_message(), HasSubstr(kMovedPrefix));
 }
 
 // In sync a read at clock c must see every push before c: its old owner
 // serves it past the cut only while those all came before the cut (c at
 // most the cut, `ahead` counted). A read that waited for its round is
-// checked again when the round lets it through: after a HandOver, refused.
+// checked again when the round lets it through: once the bucket is given
+// up, refused.
 TEST(PsServerShardingTest, SyncReadsAtTheOldOwnerStopAtTheCut) {
   MovingKey m = ServersAndAMovingKey(ConsistencyMode::kSync, /*workers=*/2);
   ASSERT_TRUE(m.old_owner && m.new_owner);
   PsServer& old_owner = *m.old_owner;
-  uint64_t staying = m.key + 1;
-  while (m.v1.ServerOf(staying) != 1 || m.v1.BucketOf(staying) == m.bucket) {
-    ++staying;
-  }
+  const uint64_t staying = StayingKey(m);
   for (uint64_t clock : {0, 1}) {
     for (uint32_t worker : {0, 1}) {
       ASSERT_TRUE(PushOnes(old_owner, clock, 1, {m.key}, worker).ok());
@@ -904,18 +998,62 @@ TEST(PsServerShardingTest, SyncReadsAtTheOldOwnerStopAtTheCut) {
   ASSERT_TRUE(testing::WaitFor(
       [&] { return old_owner.aggregator_stats().pulls() > pulls; }));
   ASSERT_TRUE(HandOverBucket(old_owner, m.bucket).ok());
+  ASSERT_TRUE(HandOverBucket(old_owner, m.bucket, /*give_up=*/true).ok());
   ASSERT_TRUE(PushOnes(old_owner, 2, 2, {staying}, 1).ok());
   reader.join();
   EXPECT_TRUE(IsMovedError(waited.status())) << waited.status();
   EXPECT_THAT(waited.status().message(), HasSubstr("as it was read here"));
   std::vector<float> row(4);
+  ASSERT_TRUE(old_owner.sparse_table("emb")->Lookup(m.key, row));
+  EXPECT_EQ(row, trained);
+  ASSERT_TRUE(old_owner.AdoptMap(v2->Settled({m.bucket})));
   EXPECT_FALSE(old_owner.sparse_table("emb")->Lookup(m.key, row))
-      << "a fresh row made of a key handed over";
+      << "rows of a bucket that moved away kept";
 }
 
-// Every call of a move may come twice (its reply lost): a repeated
-// HandOver answers the same rows, and a repeated TakeOver installs nothing
-// over rows that arrived and were trained since.
+// In semi_async the pushes past the cut go to the new owner, which holds
+// them until the rows arrive, so a read at the old owner misses them: it is
+// served there only while the bound lets a read miss them — its clock at
+// most the cut plus the window — and refused past that (read at the new
+// owner, once the move settles).
+TEST(PsServerShardingTest, SemiAsyncReadsAtTheOldOwnerStopAWindowPastTheCut) {
+  MovingKey m = ServersAndAMovingKey(ConsistencyMode::kSemiAsync,
+                                     /*workers=*/1, /*window=*/2);
+  ASSERT_TRUE(m.old_owner && m.new_owner);
+  PsServer& old_owner = *m.old_owner;
+  const uint64_t staying = StayingKey(m);
+  auto v2 = PushTwiceThenHandOver(m);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  const auto before = ReadRow(old_owner, PullOf({m.key}, 2, 2));
+  ASSERT_TRUE(before.ok()) << before.status();
+  // The worker goes on: the moving key's pushes to the new owner (held
+  // there), the other key's here.
+  for (uint64_t clock : {2, 3, 4}) {
+    ASSERT_TRUE(PushOnes(*m.new_owner, clock, 2, {m.key}).ok()) << clock;
+    ASSERT_TRUE(PushOnes(old_owner, clock, 2, {staying}).ok()) << clock;
+  }
+  EXPECT_EQ(m.new_owner->sparse_table("emb")->size(), 0u);
+  // Clocks 3 and 4 (the cut 2 plus the window 2) are served, the row as it
+  // was at the cut.
+  for (uint64_t clock : {3, 4}) {
+    auto row = ReadRow(old_owner, PullOf({m.key}, clock, 2));
+    ASSERT_TRUE(row.ok()) << clock << ": " << row.status();
+    EXPECT_EQ(*row, *before) << clock;
+  }
+  // Clock 5, or 4 reading one ahead, must see the push of clock 2.
+  using ClockAhead = std::pair<uint64_t, uint32_t>;
+  for (const auto& [clock, ahead] : std::vector<ClockAhead>{{5, 0}, {4, 1}}) {
+    auto late = ReadRow(old_owner, PullOf({m.key}, clock, 2, ahead));
+    EXPECT_TRUE(IsMovedError(late.status())) << late.status();
+    EXPECT_THAT(late.status().message(), HasSubstr("must see pushes"));
+  }
+}
+
+// Every call of a move may come twice (its reply lost), and a mover that
+// took over an open handover makes them again: a repeated HandOver answers
+// the same rows (given up or not), a repeated give-up changes nothing, and
+// a repeated TakeOver installs nothing over rows that arrived — not the
+// older rows of an old owner restored from its checkpoint either.
 TEST(PsServerShardingTest, RepeatedHandOverAndTakeOverChangeNothing) {
   MovingKey m = ServersAndAMovingKey();
   ASSERT_TRUE(m.old_owner && m.new_owner);
@@ -931,13 +1069,9 @@ TEST(PsServerShardingTest, RepeatedHandOverAndTakeOverChangeNothing) {
   ASSERT_TRUE(old_owner->AdoptMap(*v2));
   ASSERT_TRUE(new_owner->AdoptMap(*v2));
 
-  rpc::HandOverRequest hand;
-  hand.set_protocol_version(kProtocolVersion);
-  hand.add_buckets(bucket);
-  rpc::MovedRows first, again;
-  grpc::ServerContext ctx1, ctx2;
-  ASSERT_TRUE(old_owner->HandOver(&ctx1, &hand, &first).ok());
-  ASSERT_TRUE(old_owner->HandOver(&ctx2, &hand, &again).ok());
+  rpc::MovedRows first, again, given_up;
+  ASSERT_TRUE(HandOverBucket(*old_owner, bucket, false, &first).ok());
+  ASSERT_TRUE(HandOverBucket(*old_owner, bucket, false, &again).ok());
   ASSERT_EQ(first.tables(0).update_counts_size(), 1);
   EXPECT_EQ(again.SerializeAsString(), first.SerializeAsString());
 
@@ -948,17 +1082,31 @@ TEST(PsServerShardingTest, RepeatedHandOverAndTakeOverChangeNothing) {
   grpc::ServerContext ctx3, ctx4;
   ASSERT_TRUE(new_owner->TakeOver(&ctx3, &take, &taken).ok());
   EXPECT_EQ(taken.rows(), 1u);
-  // Trained at the new owner, then the TakeOver comes again.
-  ASSERT_TRUE(PushOnes(*new_owner, 1, 2, {moving}).ok());
-  std::vector<float> trained(4);
-  ASSERT_TRUE(new_owner->sparse_table("emb")->Lookup(moving, trained));
-  ASSERT_TRUE(new_owner->TakeOver(&ctx4, &take, &taken).ok());
+  ASSERT_TRUE(HandOverBucket(*old_owner, bucket, /*give_up=*/true).ok());
+  ASSERT_TRUE(HandOverBucket(*old_owner, bucket, /*give_up=*/true).ok());
+  ASSERT_TRUE(HandOverBucket(*old_owner, bucket, false, &given_up).ok());
+  EXPECT_EQ(given_up.SerializeAsString(), first.SerializeAsString());
+
+  // Rows as a checkpoint from before the push would have them: all zero.
+  rpc::TakeOverRequest older = take;
+  rpc::MovedTable* table = older.mutable_rows()->mutable_tables(0);
+  table->set_weights(std::string(table->weights().size(), '\0'));
+  table->set_update_counts(0, 0);
+  ASSERT_TRUE(new_owner->TakeOver(&ctx4, &older, &taken).ok());
   EXPECT_EQ(taken.rows(), 0u);
   std::vector<float> row(4);
   ASSERT_TRUE(new_owner->sparse_table("emb")->Lookup(moving, row));
-  EXPECT_EQ(row, trained);
-  // sgd lr 0.5 (TwoTableJob): two pushes of 1.0, one at each owner.
+  EXPECT_EQ(row, std::vector<float>(4, -0.5f));
+
+  // Settled, the new owner trains it: sgd lr 0.5 (TwoTableJob), two pushes
+  // of 1.0, one at each owner.
+  const ShardMap v3 = v2->Settled({bucket});
+  ASSERT_TRUE(new_owner->AdoptMap(v3));
+  ASSERT_TRUE(old_owner->AdoptMap(v3));
+  ASSERT_TRUE(PushOnes(*new_owner, 1, 3, {moving}).ok());
+  ASSERT_TRUE(new_owner->sparse_table("emb")->Lookup(moving, row));
   EXPECT_EQ(row, std::vector<float>(4, -1.0f));
+  EXPECT_EQ(old_owner->sparse_table("emb")->size(), 0u);
 }
 
 }  // namespace

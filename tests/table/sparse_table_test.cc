@@ -169,6 +169,53 @@ TEST(SparseTableTest, OptimizerStateIsKeptPerRow) {
   EXPECT_NEAR(out[1], -0.5f, 1e-6);
 }
 
+// Rows on their way (a bucket moving in): their gradients wait, the other
+// keys' apply; once the hold no longer names a key, what waited is applied
+// in the order it came, with each push's step_scale, on the row installed
+// meanwhile, before any push that follows.
+TEST(SparseTableTest, HeldPushesApplyInOrderOnceTheRowIsIn) {
+  TableConfig config = MakeSparseConfig(1, "adagrad", "zero", 0.5f);
+  config.optimizer.initial_accumulator = 0.0f;
+  auto table = MakeTable(config, 4);
+  auto reference = MakeTable(config, 4);
+  table->HoldPushes([](uint64_t key) { return key == 1 || key == 3; });
+  table->Push(std::vector<uint64_t>{1, 2}, std::vector<float>{3.0f, 4.0f});
+  table->Push(std::vector<uint64_t>{1}, std::vector<float>{4.0f}, 0.5f);
+  table->Push(std::vector<uint64_t>{3}, std::vector<float>{2.0f});
+  EXPECT_EQ(table->held_rows(), 3u);
+  EXPECT_EQ(table->size(), 1u) << "key 2 only";
+  std::vector<float> row(1);
+  EXPECT_FALSE(table->Lookup(1, row));
+  // The row arrives; key 3 stays held.
+  const std::vector<float> weight{1.0f}, state{9.0f};
+  table->RestoreRow(1, weight, state, 7);
+  table->HoldPushes([](uint64_t key) { return key == 3; });
+  EXPECT_EQ(table->held_rows(), 1u);
+  table->Push(std::vector<uint64_t>{1}, std::vector<float>{-1.0f});
+  // The same steps taken directly, in that order.
+  reference->RestoreRow(1, weight, state, 7);
+  reference->Push(std::vector<uint64_t>{1}, std::vector<float>{3.0f});
+  reference->Push(std::vector<uint64_t>{1}, std::vector<float>{4.0f}, 0.5f);
+  reference->Push(std::vector<uint64_t>{1}, std::vector<float>{-1.0f});
+  std::vector<float> expected(1);
+  ASSERT_TRUE(table->Lookup(1, row));
+  ASSERT_TRUE(reference->Lookup(1, expected));
+  EXPECT_EQ(row[0], expected[0]);
+  // adagrad from a = 9: the first held step alone would leave 0.5.
+  EXPECT_NE(row[0], 0.5f);
+  uint64_t updates = 0;
+  table->ForEachRowWithState(
+      [&](uint64_t key, std::span<const float>, std::span<const float>,
+          uint64_t count) {
+        if (key == 1) updates = count;
+      });
+  EXPECT_EQ(updates, 10u);
+  table->HoldPushes(nullptr);
+  EXPECT_EQ(table->held_rows(), 0u);
+  ASSERT_TRUE(table->Lookup(3, row));
+  EXPECT_EQ(row[0], -0.5f) << "adagrad's first step from a = 0 is lr";
+}
+
 TEST(SparseTableTest, LookupDoesNotCreate) {
   auto table = MakeTable(MakeSparseConfig(3, "sgd", "uniform"));
   std::vector<float> row(3, 9.0f);
@@ -375,6 +422,19 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   ASSERT_EQ(before.size(), kRows);
   // A third of the rows leave (as a bucket's would) into another table.
   auto leaves = [](uint64_t key) { return key % 3 == 0; };
+  // A copy of those first (what a HandOver sends), the table unchanged.
+  AllRows copied;
+  table->ForEachRowWithState(
+      [&](uint64_t key, std::span<const float> w, std::span<const float> st,
+          uint64_t count) { AddRow(copied, key, w, st, count); },
+      leaves);
+  AllRows expected_copy;
+  for (const auto& [key, row] : before) {
+    if (leaves(key)) expected_copy.emplace(key, row);
+  }
+  ASSERT_GT(copied.size(), 0u);
+  EXPECT_EQ(copied, expected_copy);
+  EXPECT_EQ(RowsOf(*table), before);
   auto other = MakeTable(config, 4);
   uint64_t handed = 0;
   const uint64_t removed = table->ExtractRows(
