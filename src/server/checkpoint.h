@@ -210,6 +210,10 @@ class Checkpointer {
   // Writes what Save froze (under mu_).
   absl::StatusOr<std::string> Write(Frozen& frozen)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the move records a checkpoint kept now holds (saved under a map
+  // older than `map_version`) and any record a crash left half written.
+  void DropMoveRecordsBefore(uint64_t map_version)
+      ABSL_LOCKS_EXCLUDED(records_mu_);
 
   const JobConfig config_;
   const uint32_t rank_;

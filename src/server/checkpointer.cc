@@ -108,6 +108,22 @@ absl::Status Checkpointer::RecordMovedIn(const rpc::MovedRows& rows,
   return absl::OkStatus();
 }
 
+void Checkpointer::DropMoveRecordsBefore(uint64_t map_version) {
+  // Under records_mu_: a TakeOver may be writing its record (a .tmp) now.
+  absl::MutexLock lock(&records_mu_);
+  std::error_code ec;
+  for (const auto& entry :
+       fs::directory_iterator(MoveRecordDir(server_dir_), ec)) {
+    if (entry.path().extension() == ".tmp") fs::remove_all(entry.path(), ec);
+  }
+  for (const auto& [seq, record] : ListCheckpoints(MoveRecordDir(server_dir_))) {
+    auto m = ReadManifest(record);
+    if (m.ok() && m->manifest.value("map_version", uint64_t{0}) < map_version) {
+      fs::remove_all(record, ec);
+    }
+  }
+}
+
 absl::StatusOr<std::string> Checkpointer::Write(Frozen& frozen) {
   const absl::Time start = clock_.Now();
   auto writer = CheckpointWriter::Begin(server_dir_, next_seq_);
@@ -200,16 +216,7 @@ absl::StatusOr<std::string> Checkpointer::Write(Frozen& frozen) {
       kept.ok() && kept->manifest.contains("shard_map")
           ? kept->manifest["shard_map"].value("version", uint64_t{0})
           : 0;
-  for (const auto& entry :
-       fs::directory_iterator(MoveRecordDir(server_dir_), ec)) {
-    if (entry.path().extension() == ".tmp") fs::remove_all(entry.path(), ec);
-  }
-  for (const auto& [seq, record] : ListCheckpoints(MoveRecordDir(server_dir_))) {
-    auto m = ReadManifest(record);
-    if (m.ok() && m->manifest.value("map_version", uint64_t{0}) < covered) {
-      fs::remove_all(record, ec);
-    }
-  }
+  DropMoveRecordsBefore(covered);
   spdlog::info(
       "server {}: checkpoint {} saved at round {} in {:.2f} s (applies "
       "paused {:.1f} ms)",

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -386,6 +387,41 @@ TEST(CheckpointMovesTest, RecordsEveryBucketOfWhichIsInANewerOneAreDeleted) {
   for (int i = 0; i < 20; ++i) record({1});
   EXPECT_EQ(kept(), (Kept{{5, {5, 2}}, {25, {1}}}))
       << "twenty moves of bucket 1 leave its newest record only";
+}
+
+// A save runs beside TakeOvers: while it tidies the move records up, a
+// record being written (a .tmp) is not one a crash left, and stays.
+TEST(CheckpointMovesTest, RecordsWrittenWhileSavesRunAreAllKept) {
+  TempDir dir;
+  JobConfig config = CheckpointJob(dir.path());
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  auto server = PsServer::Create(config, 1);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Checkpointer checkpointer(config, 1, server->get());
+  std::atomic<bool> recording{true};
+  std::atomic<int> saves{0};
+  std::thread saver([&] {
+    while (recording.load()) {
+      ASSERT_TRUE(checkpointer.Save().ok());
+      ++saves;
+    }
+  });
+  // Each record holds a bucket of its own, so none covers another.
+  constexpr uint32_t kRecords = 200;
+  for (uint32_t b = 0; b < kRecords; ++b) {
+    rpc::MovedRows rows;
+    rows.add_buckets(b);
+    absl::Status s = checkpointer.RecordMovedIn(rows, 2 + b);
+    ASSERT_TRUE(s.ok()) << "record " << b << " (after " << saves.load()
+                        << " saves): " << s;
+  }
+  recording = false;
+  saver.join();
+  EXPECT_GT(saves, 0);
+  auto durable = ReadDurableRows(ServerCheckpointDir(dir.path(), 1),
+                                 /*verify_files=*/true, nullptr);
+  ASSERT_TRUE(durable.ok()) << durable.status();
+  EXPECT_EQ(durable->moved_in.size(), kRecords);
 }
 
 TEST(CheckpointMovesTest, SavesWaitForMovesAndMovedRowsResumeWhereTheyWent) {
