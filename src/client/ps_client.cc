@@ -307,9 +307,11 @@ struct PsClient::Impl {
 
   // Runs `start` for every server in `targets` concurrently. Servers that
   // answer UNAVAILABLE are called again after a back-off until
-  // connect_deadline_s has passed since the first failure. Returns the
-  // first other error, prefixed with the server and endpoint.
-  absl::Status CallAll(std::vector<uint32_t> targets, const StartFn& start) {
+  // connect_deadline_s has passed since the first failure. With `moved`,
+  // the servers that refuse as "moved" are listed there. Returns the first
+  // other error, prefixed with the server and endpoint.
+  absl::Status CallAll(std::vector<uint32_t> targets, const StartFn& start,
+                       std::vector<uint32_t>* moved = nullptr) {
     absl::Duration backoff = absl::Seconds(options.rpc.initial_backoff_s);
     const absl::Duration limit = absl::Seconds(options.rpc.connect_deadline_s);
     std::optional<absl::Time> failing_since;
@@ -333,6 +335,13 @@ struct PsClient::Impl {
       for (size_t i = 0; i < targets.size(); ++i) {
         const grpc::Status& s = results[i];
         if (s.ok()) continue;
+        if (moved != nullptr &&
+            IsMovedError(absl::Status(
+                static_cast<absl::StatusCode>(s.error_code()),
+                s.error_message()))) {
+          moved->push_back(targets[i]);
+          continue;
+        }
         const ServerConn& conn = servers[targets[i]];
         if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
           retry.push_back(targets[i]);
@@ -581,12 +590,6 @@ absl::Status PsClient::PullSparse(const std::string& table,
   Route route = Route::kReader;
   auto positions = PartitionByServer(*map, unique, at, route);
   std::vector<rpc::PullSparseResponse> responses(n);
-  // Asks `targets` for the rows at `positions` (perhaps none: the pull is
-  // still the step's gate and reports the server's applies). A refusal as
-  // "moved" re-splits them by owner, at once the first time (a bucket's
-  // old owner refuses a read once its rows have left, or in sync one that
-  // must see pushes made past the cut), then by the newer map (both
-  // updated), and asks again.
   // Servers holding a slice of the dense table asked for along (in
   // `targets` from the start, with or without keys).
   std::vector<bool> dense_slice(n, false);
@@ -595,13 +598,29 @@ absl::Status PsClient::PullSparse(const std::string& table,
       dense_slice[s] = ShardMap::DenseSlice(dense_size, s, n).second > 0;
     }
   }
-  // `with_dense`: the requests also carry the dense read (the first fetch).
+  // Per server, what its answers to the last fetch said: its applies at
+  // the oldest of them (the version of the rows it read) and its lag bound.
+  std::vector<uint64_t> read_applies(n, 0), read_lag_bound(n, 0);
+  // Asks `targets` for the rows at `positions` (perhaps none: the pull is
+  // still the step's gate and reports the server's applies); `with_dense`:
+  // the requests also carry the dense read (the first fetch). A server
+  // that refuses as "moved" (a bucket's old owner refuses a read once its
+  // rows have left, or in sync one that must see pushes made past the
+  // cut) is asked again, and only its rows are split again: by owner at
+  // once the first time, then by the newer map (both updated); the other
+  // servers' answers stand. On return, `positions` and `targets` say which
+  // server read which rows.
   auto fetch = [&](std::vector<std::vector<uint32_t>>& positions,
                    std::vector<uint32_t>& targets,
                    bool with_dense) -> absl::Status {
+    std::vector<std::vector<uint32_t>> answered(n);
+    std::vector<bool> answered_any(n, false);
+    std::vector<bool> dense_left(n, false);
+    if (with_dense) dense_left = dense_slice;
+    std::vector<uint32_t> asking = targets;
     for (int attempt = 0;; ++attempt) {
       std::vector<rpc::PullSparseRequest> requests(n);
-      for (uint32_t s : targets) {
+      for (uint32_t s : asking) {
         rpc::PullSparseRequest& req = requests[s];
         req.set_protocol_version(kProtocolVersion);
         req.set_table(table);
@@ -611,7 +630,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
         req.set_clock(at.clock);
         req.set_ahead(ahead);
         req.set_map_version(map->version());
-        if (with_dense && dense_slice[s]) {
+        if (dense_left[s]) {
           req.set_dense_table(dense->table);
           req.set_dense_size(dense_size);
         }
@@ -619,8 +638,10 @@ absl::Status PsClient::PullSparse(const std::string& table,
         for (size_t i = 0; i < dst.size(); ++i)
           dst[i] = unique[positions[s][i]];
       }
+      std::vector<uint32_t> moved;
       absl::Status status = impl_->CallAll(
-          targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
+          asking,
+          [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
             // A pull ahead sent again (a server restarted) after the push
             // before it went through is a pull at the clock that push
             // reached: sent with the old clock, a restarted sync server
@@ -632,34 +653,13 @@ absl::Status PsClient::PullSparse(const std::string& table,
             }
             impl_->servers[s].stub->async()->PullSparse(
                 ctx, &requests[s], &responses[s], std::move(done));
-          });
-      if (IsMovedError(status) && attempt < kMovedRetries) {
-        if (route == Route::kReader) {
-          route = Route::kOwner;
-        } else if (auto r = impl_->Resplit(map, attempt); !r.ok()) {
-          return r;
-        }
-        std::vector<uint32_t> all;
-        for (const auto& p : positions)
-          all.insert(all.end(), p.begin(), p.end());
-        std::vector<uint64_t> keys_left(all.size());
-        for (size_t i = 0; i < all.size(); ++i) keys_left[i] = unique[all[i]];
-        auto split = PartitionByServer(*map, keys_left, at, route);
-        std::vector<bool> target(n, false);
-        for (uint32_t s : targets) target[s] = true;
-        for (uint32_t s = 0; s < n; ++s) {
-          positions[s].clear();
-          for (uint32_t i : split[s]) positions[s].push_back(all[i]);
-          if (!positions[s].empty()) target[s] = true;
-        }
-        targets.clear();
-        for (uint32_t s = 0; s < n; ++s) {
-          if (target[s]) targets.push_back(s);
-        }
-        continue;
-      }
+          },
+          attempt < kMovedRetries ? &moved : nullptr);
       if (!status.ok()) return status;
-      for (uint32_t s : targets) {
+      std::vector<uint32_t> read;
+      for (uint32_t s : asking) {
+        if (std::find(moved.begin(), moved.end(), s) != moved.end()) continue;
+        read.push_back(s);
         const std::string& bytes = responses[s].values();
         if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
           return absl::InternalError(
@@ -676,19 +676,60 @@ absl::Status PsClient::PullSparse(const std::string& table,
         impl_->pulled_rows += positions[s].size();
         impl_->pulled_bytes +=
             positions[s].size() * sizeof(uint64_t) + bytes.size();
-        if (with_dense && dense_slice[s]) {
+        if (dense_left[s]) {
           if (auto d = CopyDenseSlice(s, n, responses[s].dense(), dense->out);
               !d.ok()) {
             return d;
           }
+          dense_left[s] = false;
         }
+        const uint64_t applies = responses[s].applied_rounds();
+        read_applies[s] =
+            answered_any[s] ? std::min(read_applies[s], applies) : applies;
+        read_lag_bound[s] = responses[s].max_read_lag();
+        answered_any[s] = true;
+        answered[s].insert(answered[s].end(), positions[s].begin(),
+                           positions[s].end());
       }
-      // A newer map for the next requests; a failure here is met again
-      // (and reported) by the request that needs it.
-      (void)impl_->FollowMaps<rpc::PullSparseResponse>(map->version(),
-                                                       responses, targets);
-      return absl::OkStatus();
+      if (moved.empty()) {
+        // A newer map for the next requests; a failure here is met again
+        // (and reported) by the request that needs it.
+        (void)impl_->FollowMaps<rpc::PullSparseResponse>(map->version(),
+                                                         responses, read);
+        break;
+      }
+      if (route == Route::kReader) {
+        route = Route::kOwner;
+      } else if (auto r = impl_->Resplit(map, attempt); !r.ok()) {
+        return r;
+      }
+      std::vector<uint32_t> left;
+      for (uint32_t s : moved) {
+        left.insert(left.end(), positions[s].begin(), positions[s].end());
+      }
+      std::vector<uint64_t> keys_left(left.size());
+      for (size_t i = 0; i < left.size(); ++i) keys_left[i] = unique[left[i]];
+      auto split = PartitionByServer(*map, keys_left, at, route);
+      // The servers that refused are asked again, with or without rows:
+      // the pull is their gate too.
+      std::vector<bool> again(n, false);
+      for (uint32_t s : moved) again[s] = true;
+      for (uint32_t s = 0; s < n; ++s) {
+        positions[s].clear();
+        for (uint32_t i : split[s]) positions[s].push_back(left[i]);
+        if (!positions[s].empty()) again[s] = true;
+      }
+      asking.clear();
+      for (uint32_t s = 0; s < n; ++s) {
+        if (again[s]) asking.push_back(s);
+      }
     }
+    positions = std::move(answered);
+    targets.clear();
+    for (uint32_t s = 0; s < n; ++s) {
+      if (answered_any[s]) targets.push_back(s);
+    }
+    return absl::OkStatus();
   };
 
   // Rows read from the cache, per server: their positions, versions and
@@ -736,8 +777,8 @@ absl::Status PsClient::PullSparse(const std::string& table,
     {
       absl::MutexLock lock(&impl_->cache_mu);
       for (uint32_t s : targets) {
-        const uint64_t applies = responses[s].applied_rounds();
-        const uint64_t bound = responses[s].max_read_lag();
+        const uint64_t applies = read_applies[s];
+        const uint64_t bound = read_lag_bound[s];
         impl_->server_applies[s] = std::max(impl_->server_applies[s], applies);
         impl_->read_lag_bound = bound;
         uint64_t oldest = applies;
@@ -779,7 +820,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
       absl::MutexLock lock(&impl_->cache_mu);
       for (uint32_t s : again_targets) {
         for (uint32_t pos : again[s]) {
-          cache->Store(table_id, unique[pos], responses[s].applied_rounds(),
+          cache->Store(table_id, unique[pos], read_applies[s],
                        rows.subspan(pos * dim, dim));
         }
       }

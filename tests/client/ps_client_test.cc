@@ -4,11 +4,13 @@
 // without sleeping.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 #include <thread>
 
 #include "client/ps_client_factory.h"
 #include "gmock/gmock.h"
+#include "hetps/version.h"
 #include "node/server_node.h"
 #include "support/fake_clock.h"
 #include "support/faulty_stub.h"
@@ -279,6 +281,83 @@ TEST_F(PsClientPullAheadTest,
   EXPECT_EQ(sent[0].ahead(), 1u);
   EXPECT_EQ(sent[1].clock(), 1u);
   EXPECT_EQ(sent[1].ahead(), 0u);
+}
+
+// A pull of rows on two servers, one of whose buckets its old owner gave
+// up: that server refuses as "moved", and only its rows are asked for
+// again (of the bucket's new owner); the other server's answer stands.
+TEST(PsClientMovesTest, APullRefusedAsMovedAsksAgainOnlyForItsRows) {
+  JobConfig config = OneTableJob();
+  config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  std::vector<std::unique_ptr<ServerNode>> nodes;
+  PsClientOptions options;
+  for (uint32_t rank : {0u, 1u}) {
+    auto node = ServerNode::Start(config, rank, "127.0.0.1:0");
+    ASSERT_TRUE(node.ok()) << node.status();
+    options.endpoints.push_back("127.0.0.1:" +
+                                std::to_string((*node)->port()));
+    nodes.push_back(std::move(*node));
+  }
+  PsServer& new_owner = nodes[0]->ps();
+  PsServer& old_owner = nodes[1]->ps();
+  const ShardMap v1 = old_owner.shard_map();
+  uint64_t moving = 1;
+  while (v1.ServerOf(moving) != 1) ++moving;
+  uint64_t staying = 1;
+  while (v1.ServerOf(staying) != 0) ++staying;
+  options.worker_id = 0;
+  FaultPlan plan;
+  auto client =
+      PsClientFactory::Connect(options, Clock::Real(), FaultyStubs(plan));
+  ASSERT_TRUE(client.ok()) << client.status();
+  PsClient& c = **client;
+  // Push 0 (sgd, lr 1): the rows become minus the gradients.
+  const std::vector<uint64_t> keys = {moving, staying};
+  const std::vector<float> grad = {1, 2, 3, 4};
+  const TableGrad grads[] = {{"emb", keys, grad}};
+  ASSERT_TRUE(c.Push(grads, 1).ok());
+
+  // The moving key's bucket goes to server 0 from clock 1 on: its rows
+  // arrive there, and server 1 gives it up.
+  const uint32_t bucket = v1.BucketOf(moving);
+  auto v2 = v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 1}}});
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  ASSERT_TRUE(new_owner.AdoptMap(*v2));
+  ASSERT_TRUE(old_owner.AdoptMap(*v2));
+  rpc::HandOverRequest hand;
+  hand.set_protocol_version(kProtocolVersion);
+  hand.add_buckets(bucket);
+  rpc::TakeOverRequest take;
+  take.set_protocol_version(kProtocolVersion);
+  grpc::ServerContext hand_ctx, take_ctx, give_ctx;
+  ASSERT_TRUE(old_owner.HandOver(&hand_ctx, &hand, take.mutable_rows()).ok());
+  rpc::TakeOverResponse taken;
+  ASSERT_TRUE(new_owner.TakeOver(&take_ctx, &take, &taken).ok());
+  ASSERT_EQ(taken.rows(), 1u);
+  hand.set_give_up(true);
+  rpc::MovedRows none;
+  ASSERT_TRUE(old_owner.HandOver(&give_ctx, &hand, &none).ok());
+
+  const size_t before = plan.pull_requests().size();
+  std::vector<float> rows(4, 9.0f);
+  ASSERT_TRUE(c.PullSparse("emb", keys, rows).ok());
+  EXPECT_EQ(rows, (std::vector<float>{-1, -2, -3, -4}));
+  // Split by map 1, the moving row is refused by server 1 (and again as
+  // its owner by that map), then read at server 0 by map 2. Server 1 is
+  // asked along each time (the pull is its gate), server 0 for the
+  // staying row once only.
+  const std::vector<rpc::PullSparseRequest> sent = plan.pull_requests();
+  ASSERT_GT(sent.size(), before + 2);
+  int staying_asked = 0;
+  std::vector<uint64_t> last;
+  for (size_t i = before; i < sent.size(); ++i) {
+    std::vector<uint64_t> k(sent[i].keys().size() / sizeof(uint64_t));
+    std::memcpy(k.data(), sent[i].keys().data(), sent[i].keys().size());
+    for (uint64_t key : k) staying_asked += key == staying;
+    if (!k.empty()) last = k;
+  }
+  EXPECT_EQ(staying_asked, 1);
+  EXPECT_THAT(last, ElementsAre(moving));
 }
 
 }  // namespace
