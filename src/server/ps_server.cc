@@ -304,7 +304,14 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   auto scratch = std::make_shared<std::vector<uint64_t>>();
   std::span<const uint64_t> keys = ViewAs<uint64_t>(request.keys(), *scratch);
   const ShardMap::RequestClock at = AtOf(request);
-  if (auto s = AwaitMoves(context, at, {}); !s.ok()) return finish(s);
+  // An async read may be served by whoever holds the rows, before the
+  // cut and past it alike (CheckLeavingRead): a move being prepared holds
+  // it in the other modes only.
+  if (auto s = AwaitMoves(context, at, {},
+                          /*hold=*/config_.mode != ConsistencyMode::kAsync);
+      !s.ok()) {
+    return finish(s);
+  }
   ReadCheck check;
   check.clock = at.clock + request.ahead();
   if (auto s =
@@ -312,7 +319,9 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
       !s.ok()) {
     return finish(s);
   }
-  if (auto s = AwaitMoves(context, at, keys); !s.ok()) return finish(s);
+  if (auto s = AwaitMoves(context, at, keys, /*hold=*/false); !s.ok()) {
+    return finish(s);
+  }
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return finish(clock.status());
@@ -398,7 +407,7 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
         "push: worker_id is the read-only client's (kReaderId)");
   }
   const ShardMap::RequestClock at = AtOf(request);
-  if (auto s = AwaitMoves(context, at, {}); !s.ok()) return s;
+  if (auto s = AwaitMoves(context, at, {}, /*hold=*/true); !s.ok()) return s;
   PushView view;
   view.worker_id = request.worker_id();
 

@@ -155,8 +155,8 @@ class PsServer final {
   ShardMap shard_map() const;
   uint64_t map_version() const;
   // Takes `map` if it is newer than the one held (returns whether it did);
-  // the requests of buckets it moves here wait until their move settles
-  // (their rows arrive by TakeOver in between), and a PrepareMove hold
+  // the reads of buckets it moves here wait until their rows arrive (by
+  // TakeOver), the pushes are held until then, and a PrepareMove hold
   // ends. `arrived`: buckets moving here whose rows are in the tables
   // already (a restarted server that restored them from its move record).
   // The rows of buckets whose move away from here it settles are dropped.
@@ -251,17 +251,18 @@ class PsServer final {
   }
   // The migration gates of a request at `at` (ps_server_moves.cc). With no
   // keys: notes `at` as its worker's newest (what PrepareMove reports) and,
-  // while a move is prepared, holds a request at or past its worker's hold
-  // point until the new map is adopted. With a pull's keys (checked to be
-  // this server's): waits until the moves of those moving here settle (a
-  // push waits for none: its rows' gradients are held, HoldPushes).
+  // with `hold`, while a move is prepared, holds a request at or past its
+  // worker's hold point until the new map is adopted. With a pull's keys
+  // (checked to be this server's; `hold` unused): waits until the rows of
+  // those moving here have arrived (a push waits for none: its rows'
+  // gradients are held, HoldPushes).
   // UNAVAILABLE after kMoveWait (the client retries), CANCELLED with the
   // call.
   absl::Status AwaitMoves(grpc::ServerContextBase* context,
                           const ShardMap::RequestClock& at,
-                          std::span<const uint64_t> keys);
+                          std::span<const uint64_t> keys, bool hold);
   bool MustWait(const ShardMap::RequestClock& at,
-                std::span<const uint64_t> keys) const
+                std::span<const uint64_t> keys, bool hold) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
   // A move is being prepared, or one to or from this server is pending.
   bool MoveInvolvesThisServer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
@@ -330,9 +331,9 @@ class PsServer final {
   // While a move is prepared: per worker, the packed clock from which its
   // requests wait for the new map.
   std::optional<std::vector<uint64_t>> hold_from_ ABSL_GUARDED_BY(move_mu_);
-  // Buckets the map moves here, pending: their reads wait until the move
-  // settles, their pushes are held until the rows arrive. Of those, the
-  // buckets whose rows have arrived.
+  // Buckets the map moves here, pending: their reads wait and their pushes
+  // are held until the rows arrive. Of those, the buckets whose rows have
+  // arrived.
   absl::flat_hash_set<uint32_t> incoming_ ABSL_GUARDED_BY(move_mu_);
   absl::flat_hash_set<uint32_t> arrived_ ABSL_GUARDED_BY(move_mu_);
   absl::Mutex take_over_mu_;  // one TakeOver at a time

@@ -46,7 +46,8 @@ PsServer::NoBlockingScope::~NoBlockingScope() { t_no_blocking = outer_; }
 
 absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
                                   const ShardMap::RequestClock& at,
-                                  std::span<const uint64_t> keys) {
+                                  std::span<const uint64_t> keys,
+                                  bool hold) {
   const bool worker = at.worker < seen_.size();
   const uint64_t packed = PackAt(at.incarnation, at.clock);
   if (keys.empty() && worker) {
@@ -55,16 +56,16 @@ absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
     while (old < packed && !seen.compare_exchange_weak(old, packed)) {
     }
   }
-  if (!moving_.load()) return absl::OkStatus();
+  if ((keys.empty() && !hold) || !moving_.load()) return absl::OkStatus();
   absl::MutexLock lock(&move_mu_);
-  if (t_no_blocking && MustWait(at, keys)) {
+  if (t_no_blocking && MustWait(at, keys, hold)) {
     return absl::UnavailableError(
         absl::StrCat("server ", rank_,
                      ": a bucket move began as this request arrived; "
                      "retry"));
   }
   const absl::Time deadline = absl::Now() + kMoveWait;
-  while (MustWait(at, keys)) {
+  while (MustWait(at, keys, hold)) {
     if (context != nullptr && context->IsCancelled()) {
       return absl::CancelledError("the call was cancelled");
     }
@@ -81,14 +82,15 @@ absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
 }
 
 bool PsServer::MustWait(const ShardMap::RequestClock& at,
-                        std::span<const uint64_t> keys) const {
+                        std::span<const uint64_t> keys, bool hold) const {
   if (keys.empty()) {
-    return at.worker < seen_.size() && hold_from_.has_value() &&
+    return hold && at.worker < seen_.size() && hold_from_.has_value() &&
            PackAt(at.incarnation, at.clock) >= (*hold_from_)[at.worker];
   }
   if (incoming_.empty()) return false;
   for (uint64_t key : keys) {
-    if (incoming_.contains(BucketOfKey(key, map_num_buckets_))) return true;
+    const uint32_t bucket = BucketOfKey(key, map_num_buckets_);
+    if (incoming_.contains(bucket) && !arrived_.contains(bucket)) return true;
   }
   return false;
 }
@@ -496,8 +498,10 @@ absl::StatusOr<uint64_t> PsServer::DoTakeOver(const rpc::MovedRows& rows) {
     }
   }
   // The pushes set aside for these rows are applied now, before any push
-  // that follows. Reads still wait here until the move settles: the old
-  // owner serves them until it gives the rows up.
+  // that follows, and before any read here: the rows hold every push made
+  // before the cut and every one past it, so reads of them are served here
+  // from now on, also while the old owner still serves the reads before
+  // the cut (and in semi_async a window past it) until it gives them up.
   absl::MutexLock lock(&move_mu_);
   arrived_.insert(fresh.begin(), fresh.end());
   HoldPushesOfRowsNotHere();

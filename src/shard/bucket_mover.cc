@@ -390,7 +390,8 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
 
   // 4. A copy of the rows, from each old owner to each new one; the old
   // owners serve reads of them meanwhile, the new owners hold their reads
-  // and apply the pushes they kept for them once the rows are in.
+  // and apply the pushes they kept for them once the rows are in, then
+  // serve the reads.
   std::map<uint32_t, std::vector<uint32_t>> by_source;
   std::vector<bool> destination(servers_.size(), false);
   for (uint32_t bucket : buckets) {
@@ -418,8 +419,9 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
       if (!status.ok()) return ServerError(to_server, "TakeOver", status);
     }
   }
-  // 5. The old owners give the buckets up: from here until the new owners
-  // adopt the settled map, a read past the cut waits at the new owner.
+  report.held = absl::Now() - handed;
+  // 5. The old owners give the buckets up: the client reads them at the
+  // new owners from here on.
   for (const auto& [source, list] : by_source) {
     rpc::MovedRows none;
     if (auto s = HandOver(source, list, /*give_up=*/true, &none); !s.ok()) {
@@ -432,7 +434,6 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
   const ShardMap settled = handover.Settled(buckets);
   if (auto s = AdoptEverywhere(settled, destination); !s.ok()) return s;
   report.transfer = absl::Now() - handed - report.wait;
-  report.held = absl::Now() - handed;
   report.buckets = buckets.size();
   report.map = std::make_shared<const ShardMap>(settled);
   report.total = absl::Now() - began;

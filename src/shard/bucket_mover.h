@@ -18,23 +18,23 @@
 //      cut.
 //      AdoptShardMap on every server: requests before the cut go to the
 //      old owner, from it to the new owner, which answers pushes at once
-//      and applies them when the rows arrive, and holds reads until the
-//      move settles (the old owner serves them until then, as the mode
+//      and applies them when the rows arrive, and holds reads until then
+//      (the old owner serves them until it gives the rows up, as the mode
 //      allows); a request split by the older map past the cut is refused
-//      whole ("moved"), the client re-splits it.
+//      ("moved"), the client re-splits it.
 //   3. PrepareMove(report) until every live worker has been seen past its
 //      cut: its requests before the cut are done (a PsClient starts a
 //      clock's requests after the last clock's are answered).
 //   4. HandOver on each old owner (after its queued gradients are applied;
 //      in sync, after the rounds before the cut): a copy of the rows, which
 //      it goes on reading from; TakeOver on the new owners, which install
-//      them, apply the pushes kept for them and still hold their reads.
+//      them, apply the pushes kept for them, and serve reads of them.
 //   5. HandOver(give_up) on each old owner: reads of the buckets are
 //      refused there from now on (the client asks the new owner).
-//   6. AdoptShardMap(settled) on the new owners, whose held reads then go
-//      on, then on the others (the old owners drop the rows).
-//   Between 5 and 6 a read past the cut waits: two short calls, not the
-//   rows' trip.
+//   6. AdoptShardMap(settled) on the new owners, then on the others (the
+//      old owners drop the rows).
+//   A read waits at a new owner only between 2 and 4, and only one its old
+//   owner refused (in sync past the cut, in semi_async a window past it).
 // Moves run one at a time (Move is serialized). Calls that fail for a
 // while (UNAVAILABLE, DEADLINE_EXCEEDED) are made again; a failure that
 // lasts leaves the handover as far as it got and says where.
@@ -69,9 +69,8 @@ struct MoveReport {
   absl::Duration wait;  // from the handover until the workers passed it
   // Then the copies (HandOver, TakeOver), the give-ups and the settled map.
   absl::Duration transfer;
-  // From the handover until every server had the settled map: at most
-  // what a read refused by its old owner waited at a new owner (wait +
-  // transfer).
+  // From the handover until every new owner had the rows: at most what a
+  // read refused by its old owner waited at a new owner.
   absl::Duration held;
   absl::Duration total;
 };

@@ -778,8 +778,9 @@ absl::StatusOr<std::vector<float>> ReadRow(PsServer& server,
 // optimizer state to the new one. A push past the cut is answered by the
 // new owner at once: its table holds the bucket's gradients until the rows
 // arrive and applies them then, before any push that follows. Reads wait
-// there until the move settles (the old owner serves them until it gives
-// the bucket up); the old owner drops its rows as it settles.
+// there until the rows are in, and are served there from then on, before
+// the old owner gives the bucket up; the old owner drops its rows as the
+// move settles.
 TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndApplyHeldPushes) {
   MovingKey m = ServersAndAMovingKey();
   ASSERT_TRUE(m.old_owner && m.new_owner);
@@ -801,8 +802,8 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndApplyHeldPushes) {
   ASSERT_TRUE(push(*new_owner, 3, 2).ok());
   EXPECT_EQ(table.size(), 0u);
   EXPECT_EQ(table.held_rows(), 2u);
-  // A read waits for the move to settle (a handler that may not block
-  // answers UNAVAILABLE where it would wait).
+  // A read waits for the rows (a handler that may not block answers
+  // UNAVAILABLE where it would wait).
   auto read_here = [&] {
     PsServer::NoBlockingScope no_blocking;
     rpc::PullSparseRequest pull = PullOf({moving}, 4, 2);
@@ -846,8 +847,11 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndApplyHeldPushes) {
   ASSERT_TRUE(push(*new_owner, 4, 2).ok());
   ASSERT_TRUE(table.Lookup(moving, row));
   for (int c = 0; c < 4; ++c) EXPECT_EQ(row[c], trained[c] - 1.5f) << c;
-  EXPECT_EQ(read_here().error_code(), grpc::StatusCode::UNAVAILABLE)
-      << "read before the old owner gave the bucket up";
+  // Read before the old owner gave the bucket up, with every push in it.
+  EXPECT_TRUE(read_here().ok());
+  auto arrived = ReadRow(*new_owner, PullOf({moving}, 5, 2));
+  ASSERT_TRUE(arrived.ok()) << arrived.status();
+  EXPECT_EQ(*arrived, row);
   // A TakeOver made again installs nothing over the row.
   ASSERT_TRUE(new_owner->TakeOver(&ctx3, &take, &taken).ok());
   EXPECT_EQ(taken.rows(), 0u);
@@ -952,6 +956,44 @@ TEST(PsServerShardingTest, PrepareMoveHoldsRequestsFromHoldAheadClocksOn) {
   pusher.join();
   EXPECT_EQ(held.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(held.error_message(), HasSubstr(kMovedPrefix));
+}
+
+// An async read may be served by whoever holds the rows, past the cut as
+// before it: a move being prepared holds a worker's pushes from the hold
+// point on, and its reads only in sync and semi_async, whose old owners
+// serve a read only up to the cut (plus the window).
+TEST(PsServerShardingTest, PrepareMoveHoldsAsyncPushesButNotAsyncReads) {
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kAsync, ConsistencyMode::kSemiAsync,
+        ConsistencyMode::kSync}) {
+    SCOPED_TRACE(ConsistencyModeName(mode));
+    MovingKey m = ServersAndAMovingKey(mode, /*workers=*/1, /*window=*/2);
+    ASSERT_TRUE(m.old_owner);
+    PsServer& server = *m.old_owner;
+    ASSERT_TRUE(PushOnes(server, 0, 1, {m.key}).ok());
+    ASSERT_TRUE(PushOnes(server, 1, 1, {m.key}).ok());
+    std::vector<float> trained(4);
+    ASSERT_TRUE(server.sparse_table("emb")->Lookup(m.key, trained));
+    rpc::PrepareMoveRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_hold(true);
+    rpc::PrepareMoveResponse seen;
+    grpc::ServerContext ctx;
+    ASSERT_TRUE(server.PrepareMove(&ctx, &request, &seen).ok());
+    // Clock 2 is the hold point. Where it would wait, a handler that may
+    // not block answers UNAVAILABLE.
+    PsServer::NoBlockingScope no_blocking;
+    EXPECT_EQ(PushOnes(server, 2, 1, {m.key}).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+    auto row = ReadRow(server, PullOf({m.key}, 2, 1));
+    if (mode == ConsistencyMode::kAsync) {
+      ASSERT_TRUE(row.ok()) << row.status();
+      EXPECT_EQ(*row, trained);
+    } else {
+      EXPECT_EQ(row.status().code(), absl::StatusCode::kUnavailable)
+          << row.status();
+    }
+  }
 }
 
 // In sync a read at clock c must see every push before c: its old owner
