@@ -194,12 +194,12 @@ bool PsServer::AdoptMap(ShardMap map,
     // ends first; one after refuses them (ReadWhileHere: not pending).
     absl::WriterMutexLock handover_lock(&handover_mu_);
   }
+  std::vector<bool> drop(map_num_buckets_, false);
+  for (uint32_t bucket : settled_away) drop[bucket] = true;
   uint64_t dropped = 0;
   for (const auto& [name, table] : sparse_) {
     dropped += table->ExtractRows(
-        [&](uint64_t key) {
-          return settled_away.contains(BucketOfKey(key, map_num_buckets_));
-        },
+        [&](uint64_t key) { return drop[BucketOfKey(key, map_num_buckets_)]; },
         [](uint64_t, std::span<const float>, std::span<const float>,
            uint64_t) {});
   }
@@ -388,6 +388,8 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
   // meanwhile: it has the initial values the new owner would give it.
   aggregator_->ApplyQueued();
   const uint32_t num_buckets = map.num_buckets();
+  std::vector<bool> copied_bucket(num_buckets, false);
+  for (uint32_t bucket : buckets) copied_bucket[bucket] = true;
   uint64_t copied = 0;
   for (const auto& [name, table] : sparse_) {
     rpc::MovedTable* moved = rows.add_tables();
@@ -404,7 +406,7 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
           moved->add_update_counts(updates);
         },
         [&](uint64_t key) {
-          return buckets.contains(BucketOfKey(key, num_buckets));
+          return copied_bucket[BucketOfKey(key, num_buckets)];
         });
     AssignBytes<uint64_t>(moved->mutable_keys(), keys);
     AssignBytes<float>(moved->mutable_weights(), weights);

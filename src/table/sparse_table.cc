@@ -464,7 +464,11 @@ void SparseTable::ForEachRowWithState(
                              std::span<const float>, uint64_t)>& fn,
     const std::function<bool(uint64_t)>& take) const {
   const uint64_t dim = config_.dim;
-  for (const auto& stripe : stripes_) {
+  // Last stripe first: requests lock theirs first to last, so one that
+  // waits for a stripe visited here meets this walk once, not at every
+  // stripe after it.
+  for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
+    const auto& stripe = *it;
     absl::MutexLock lock(&stripe->mu);
     for (const auto& [key, slot] : stripe->index) {
       if (take && !take(key)) continue;
@@ -580,7 +584,9 @@ uint64_t SparseTable::ExtractRows(
                              std::span<const float>, uint64_t)>& fn) {
   const uint64_t dim = config_.dim;
   uint64_t removed = 0;
-  for (const auto& stripe : stripes_) {
+  // Last stripe first, as ForEachRowWithState.
+  for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
+    const auto& stripe = *it;
     absl::MutexLock lock(&stripe->mu);
     // The key of every slot (the rows do not carry their keys), and the
     // slots to free.
