@@ -101,8 +101,9 @@ class PsServer final {
                         rpc::TakeOverResponse* response);
 
   // Whether requests may be handled on the caller's thread (gRPC's callback
-  // threads): no bucket move is in progress (a request may wait for one)
-  // and the server is no emulated slower machine (its handlers sleep).
+  // threads): no move is prepared and no rows are on their way here (a
+  // request may wait for those), and the server is no emulated slower
+  // machine (its handlers sleep).
   // Otherwise PsService hands them to threads that may block.
   bool RunsInline() const { return !moving_.load() && !paced_; }
   // While one lives, the calling thread must not block (PsService sets it
@@ -276,7 +277,8 @@ class PsServer final {
   absl::StatusOr<uint64_t> DoTakeOver(const rpc::MovedRows& rows);
   // Every sparse table sets aside the pushes of the buckets moving here
   // whose rows have not arrived (SparseTable::HoldPushes), and applies
-  // those it held for the others.
+  // those it held for the others; moving_ says whether any is left (or a
+  // move is prepared).
   void HoldPushesOfRowsNotHere() ABSL_EXCLUSIVE_LOCKS_REQUIRED(move_mu_);
   // The aggregator's clock for a request of `worker` at `clock` from its
   // `incarnation` (RegisterResponse.incarnation). The first incarnation this

@@ -242,9 +242,8 @@ bool PsServer::AdoptMapLocked(ShardMap map,
   arrived_ = std::move(arrived);
   // Before the map is in force: no push of these buckets can meet rows
   // that are not here.
-  HoldPushesOfRowsNotHere();
   hold_from_.reset();
-  moving_ = !incoming_.empty();
+  HoldPushesOfRowsNotHere();
   if (!settled_away->empty()) ++dropping_;
   {
     absl::MutexLock map_lock(&map_mu_);
@@ -515,6 +514,8 @@ void PsServer::HoldPushesOfRowsNotHere() {
   for (uint32_t bucket : incoming_) {
     if (!arrived_.contains(bucket)) held->insert(bucket);
   }
+  // Requests run inline again (RunsInline) once no read can wait here.
+  moving_ = hold_from_.has_value() || !held->empty();
   std::function<bool(uint64_t)> holds;
   if (!held->empty()) {
     holds = [held, buckets = map_num_buckets_](uint64_t key) {

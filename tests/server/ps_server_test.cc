@@ -797,6 +797,9 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndApplyHeldPushes) {
   std::vector<float> trained(4);
   ASSERT_TRUE(old_owner->sparse_table("emb")->Lookup(moving, trained));
   SparseTable& table = *new_owner->sparse_table("emb");
+  // Requests that may wait run off gRPC's threads (RunsInline) while rows
+  // are on their way here.
+  EXPECT_FALSE(new_owner->RunsInline());
   // Two pushes past the cut: answered, held, no row made.
   ASSERT_TRUE(push(*new_owner, 2, 2).ok());
   ASSERT_TRUE(push(*new_owner, 3, 2).ok());
@@ -839,6 +842,7 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndApplyHeldPushes) {
   EXPECT_EQ(taken.rows(), 1u);
   EXPECT_EQ(table.size(), 1u);
   EXPECT_EQ(table.held_rows(), 0u);
+  EXPECT_TRUE(new_owner->RunsInline()) << "nothing can wait here now";
   // sgd lr 0.5 (TwoTableJob): the two held pushes of 1.0 on the moved row,
   // and the next push on top of them.
   std::vector<float> row(4);
