@@ -352,9 +352,10 @@ TEST(PsClientMovesTest, APullRefusedAsMovedAsksAgainOnlyForItsRows) {
   std::vector<uint64_t> last;
   for (size_t i = before; i < sent.size(); ++i) {
     std::vector<uint64_t> k(sent[i].keys().size() / sizeof(uint64_t));
+    if (k.empty()) continue;  // a server asked along, for its gate
     std::memcpy(k.data(), sent[i].keys().data(), sent[i].keys().size());
     for (uint64_t key : k) staying_asked += key == staying;
-    if (!k.empty()) last = k;
+    last = k;
   }
   EXPECT_EQ(staying_asked, 1);
   EXPECT_THAT(last, ElementsAre(moving));
