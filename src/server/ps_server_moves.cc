@@ -346,7 +346,8 @@ grpc::Status PsServer::AdoptShardMap(grpc::ServerContextBase*,
 absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
     const rpc::HandOverRequest& request) {
   const ShardMap map = shard_map();
-  absl::flat_hash_set<uint32_t> buckets;
+  const uint32_t num_buckets = map.num_buckets();
+  std::vector<bool> handing(num_buckets, false);
   for (uint32_t bucket : request.buckets()) {
     const auto it = map.pending().find(bucket);
     if (it == map.pending().end() || it->second.from != rank_) {
@@ -355,7 +356,7 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
           " is not being handed over from here in shard map version ",
           map.version()));
     }
-    buckets.insert(bucket);
+    handing[bucket] = true;
   }
   rpc::MovedRows rows;
   for (uint32_t bucket : request.buckets()) rows.add_buckets(bucket);
@@ -371,7 +372,7 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
         handed_ != nullptr
             ? std::make_shared<absl::flat_hash_set<uint32_t>>(*handed_)
             : std::make_shared<absl::flat_hash_set<uint32_t>>();
-    handed->insert(buckets.begin(), buckets.end());
+    handed->insert(request.buckets().begin(), request.buckets().end());
     handed_ = std::move(handed);
     return rows;
   }
@@ -386,9 +387,6 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
   // move to settle: RunWithoutMoves). A read may make a fresh row of a key
   // meanwhile: it has the initial values the new owner would give it.
   aggregator_->ApplyQueued();
-  const uint32_t num_buckets = map.num_buckets();
-  std::vector<bool> copied_bucket(num_buckets, false);
-  for (uint32_t bucket : buckets) copied_bucket[bucket] = true;
   uint64_t copied = 0;
   for (const auto& [name, table] : sparse_) {
     rpc::MovedTable* moved = rows.add_tables();
@@ -405,7 +403,7 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
           moved->add_update_counts(updates);
         },
         [&](uint64_t key) {
-          return copied_bucket[BucketOfKey(key, num_buckets)];
+          return handing[BucketOfKey(key, num_buckets)];
         });
     AssignBytes<uint64_t>(moved->mutable_keys(), keys);
     AssignBytes<float>(moved->mutable_weights(), weights);
