@@ -7,7 +7,7 @@ namespace hetps {
 
 // Bumped whenever a message's meaning changes. Register and every PS request
 // carry it; a mismatch is refused with FAILED_PRECONDITION.
-inline constexpr uint32_t kProtocolVersion = 6;
+inline constexpr uint32_t kProtocolVersion = 7;
 
 inline constexpr const char* kVersionString = "0.1.0";
 

@@ -15,8 +15,10 @@ ChunkQueue::ChunkQueue(uint32_t chunks, int epochs, uint32_t workers)
       leases_(workers) {}
 
 rpc::ChunkResponse ChunkQueue::Next(uint32_t worker,
-                                    uint64_t finished_samples) {
+                                    uint64_t finished_samples,
+                                    uint64_t received) {
   Lease& lease = leases_[worker];
+  if (lease.held && lease.count == received + 1) return *lease.held;
   if (lease.held) {  // asking again: the last chunk is done
     ++finished_chunks_;
     finished_samples_ += finished_samples;

@@ -27,9 +27,13 @@ class ChunkQueue {
   ChunkQueue(uint32_t chunks, int epochs, uint32_t workers);
 
   // The next chunk for `worker` (< workers), which trained
-  // `finished_samples` of the chunk it held, if any; `done` once every chunk
-  // of every epoch is handed out.
-  rpc::ChunkResponse Next(uint32_t worker, uint64_t finished_samples);
+  // `finished_samples` of the chunk it held, if any, and has received
+  // `received` chunks; `done` once every chunk of every epoch is handed
+  // out. When the worker has received one chunk fewer than it was handed,
+  // the reply to its last ask was lost: it gets that chunk again, and
+  // nothing is counted (so a worker may ask again after any failure).
+  rpc::ChunkResponse Next(uint32_t worker, uint64_t finished_samples,
+                          uint64_t received);
 
   // `worker`'s chunk in hand goes back to the front of the queue; returns
   // it (nullopt when it held none).

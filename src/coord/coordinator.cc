@@ -230,7 +230,8 @@ grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
   }
   if (grpc::Status s = CheckRank(request->rank()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  *response = chunks_.Next(request->rank(), request->finished_samples());
+  *response = chunks_.Next(request->rank(), request->finished_samples(),
+                          request->chunks_received());
   return grpc::Status::OK;
 }
 

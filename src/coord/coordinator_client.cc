@@ -213,12 +213,19 @@ absl::StatusOr<rpc::ChunkResponse> CoordinatorClient::NextChunk(
   request.set_protocol_version(kProtocolVersion);
   request.set_rank(rank_);
   request.set_finished_samples(finished_samples);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
-  ctx.set_wait_for_ready(true);
+  request.set_chunks_received(chunks_received_);
   rpc::ChunkResponse response;
-  grpc::Status st = stub_->NextChunk(&ctx, request, &response);
+  // Asked again when the connection breaks (a coordinator killed while the
+  // call was on the wire, then restarted): the coordinator tells a lost
+  // reply by chunks_received and answers it again.
+  grpc::Status st = CallUntilAvailable(config_, clock_, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+    ctx.set_wait_for_ready(true);
+    return stub_->NextChunk(&ctx, request, &response);
+  });
   if (!st.ok()) return FromGrpcStatus(st);
+  if (!response.done()) ++chunks_received_;
   return response;
 }
 

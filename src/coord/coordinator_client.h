@@ -50,7 +50,9 @@ class CoordinatorClient {
   // longer than server.heartbeat_timeout_s) and it has to Register again.
   bool dropped() const;
   // The next chunk of the train split (`done` when there is none left);
-  // `finished_samples` were trained from the chunk held until now.
+  // `finished_samples` were trained from the chunk held until now. Asked
+  // again while the coordinator is unavailable (client.connect_deadline_s).
+  // One caller at a time.
   absl::StatusOr<rpc::ChunkResponse> NextChunk(uint64_t finished_samples);
   absl::Status Barrier(const std::string& name);
   // Stops heartbeats and leaves the live set.
@@ -73,6 +75,8 @@ class CoordinatorClient {
   bool dropped_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
+  // Chunks NextChunk has returned (its caller's only).
+  uint64_t chunks_received_ = 0;
 };
 
 // cluster.rendezvous: server `rank` (> 0) tells the coordinator where it

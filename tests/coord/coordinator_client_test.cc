@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <utility>
+#include <vector>
 
+#include "coord/chunk_queue.h"
 #include "gmock/gmock.h"
 #include "support/mock_stubs.h"
 #include "support/fake_clock.h"
@@ -132,6 +135,53 @@ TEST_F(CoordinatorClientTest, AMismatchIsNotRetried) {
   auto registered = Client()->Register();
   EXPECT_EQ(registered.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(clock_.sleeps().empty());
+}
+
+// The connection breaks while the worker asks for its next chunk (the
+// coordinator was killed after it answered, and restarted): the client
+// asks again, and the coordinator, told how many chunks the worker
+// received, answers the same chunk. Every chunk is trained once and
+// counted once. Before, the worker failed on the broken call
+// ("UNAVAILABLE: recvmsg:Connection reset by peer", a CI run of
+// PersistenceTest.ServerZeroRestartedInTheMiddleOfAMoveFinishesIt).
+TEST_F(CoordinatorClientTest, AChunkWhoseReplyWasLostIsAskedForAgain) {
+  ChunkQueue queue(4, 1, 1);
+  int asks = 0;
+  EXPECT_CALL(stub_, NextChunk(_, _, _))
+      .WillRepeatedly([&](grpc::ClientContext*, const rpc::ChunkRequest& req,
+                          rpc::ChunkResponse* resp) {
+        *resp = queue.Next(req.rank(), req.finished_samples(),
+                           req.chunks_received());
+        if (++asks == 2) {  // handed out, but the reply is lost
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "recvmsg:Connection reset by peer");
+        }
+        return grpc::Status::OK;
+      });
+  // What a worker whose replies all arrive is handed, in order.
+  std::vector<std::pair<uint32_t, uint32_t>> expected;  // (chunk, chunks)
+  ChunkQueue reference(4, 1, 1);
+  for (uint64_t finished = 0;; finished = 10) {
+    const rpc::ChunkResponse c =
+        reference.Next(0, finished, reference.chunks_of(0));
+    if (c.done()) break;
+    expected.emplace_back(c.chunk(), c.chunks());
+  }
+  ASSERT_EQ(expected.size(), 10u) << "2 whole chunks, 2 in quarters";
+
+  auto client = Client();
+  std::vector<std::pair<uint32_t, uint32_t>> trained;
+  for (uint64_t finished = 0;; finished = 10) {
+    auto chunk = client->NextChunk(finished);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    if (chunk->done()) break;
+    trained.emplace_back(chunk->chunk(), chunk->chunks());
+  }
+  EXPECT_EQ(trained, expected);
+  EXPECT_EQ(asks, 12) << "10 parts, done, and the lost reply asked again";
+  EXPECT_EQ(queue.finished_chunks(), 10u);
+  EXPECT_EQ(queue.finished_samples(), 100u);
+  EXPECT_THAT(clock_.sleeps(), ElementsAre(absl::Milliseconds(500)));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "gmock/gmock.h"
 #include "hetps/version.h"
 #include "support/fake_clock.h"
@@ -50,12 +52,15 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(coordinator_.Heartbeat(nullptr, &req, &resp).ok());
     return resp;
   }
+  // As a worker asks: with the count of chunks it received.
   rpc::ChunkResponse NextChunk(uint32_t rank) {
     rpc::ChunkRequest req;
     req.set_protocol_version(kProtocolVersion);
     req.set_rank(rank);
+    req.set_chunks_received(chunks_received_[rank]);
     rpc::ChunkResponse resp;
     EXPECT_TRUE(coordinator_.NextChunk(nullptr, &req, &resp).ok());
+    if (!resp.done()) ++chunks_received_[rank];
     return resp;
   }
   rpc::StatusResponse Status() {
@@ -67,6 +72,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   const JobConfig config_ = TwoWorkerJob();
+  std::map<uint32_t, uint64_t> chunks_received_;
   FakeClock clock_;
   FaultPlan plan_;
   Coordinator coordinator_;
