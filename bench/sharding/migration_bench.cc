@@ -62,6 +62,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 struct Pull {
   double start_s;  // since the run began
   double ms;
+  bool refused;  // a server refused part of it as "moved": asked again
 };
 
 struct Move {
@@ -209,9 +210,11 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
         for (uint64_t& k : keys) {
           k = hetps::bench::KeyOf(zipf.Sample(rng), rotated);
         }
+        const uint64_t retries = (*client)->pull_stats().moved_retries;
         const Clock::time_point t0 = Clock::now();
         auto s = (*client)->PullSparse("emb", keys, rows);
         const Clock::time_point t1 = Clock::now();
+        const bool refused = (*client)->pull_stats().moved_retries > retries;
         const hetps::TableGrad grad[] = {{"emb", keys, grads}};
         if (s.ok()) s = (*client)->Push(grad, 1);
         if (!s.ok()) {
@@ -222,7 +225,8 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
         if (!timed) continue;
         pulls[w].push_back(
             {offset + Seconds(start, t0),
-             std::chrono::duration<double, std::milli>(t1 - t0).count()});
+             std::chrono::duration<double, std::milli>(t1 - t0).count(),
+             refused});
         step_ends[w].push_back(Seconds(start, Clock::now()));
       }
     });
@@ -245,6 +249,8 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   // baseline at the same phase of the run (the last third's balance is
   // better than the first moves', which are made on an unbalanced cluster).
   std::vector<double> steady, during, before;
+  // The pulls during moves that no server refused as "moved".
+  std::vector<double> during_unrefused;
   std::lock_guard lock(moves_mu);
   // Per move: its pulls against those of the half second before it (the
   // same phase of the run, no move).
@@ -267,6 +273,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       }
       if (overlaps) {
         during.push_back(p.ms);
+        if (!p.refused) during_unrefused.push_back(p.ms);
       } else {
         if (in_window) before.push_back(p.ms);
         if (p.start_s - offset >= from) steady.push_back(p.ms);
@@ -319,6 +326,9 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           {"pulls_during_moves", during.size()},
           {"pull_p50_during_moves_ms", hetps::Percentile(during, 0.5)},
           {"pull_p99_during_moves_ms", hetps::Percentile(during, 0.99)},
+          {"pulls_refused_during_moves", during.size() - during_unrefused.size()},
+          {"pull_p99_during_moves_unrefused_ms",
+           hetps::Percentile(during_unrefused, 0.99)},
           {"pulls_before_moves", before.size()},
           {"pull_p99_before_moves_ms", hetps::Percentile(before, 0.99)},
           {"moves", moves.size()},

@@ -65,13 +65,16 @@ struct PushEncoding {
 
 // What a client's sparse pulls cost: rows pulled from the servers and the
 // bytes of their keys and values, rows read from the hot-row cache
-// (client.hot_rows) instead, and cached rows pulled again because their
-// copy lagged the server by more than the bound. Totals since Connect.
+// (client.hot_rows) instead, cached rows pulled again because their copy
+// lagged the server by more than the bound, and requests to a server asked
+// again because it refused them as "moved" (a bucket moving between
+// servers). Totals since Connect.
 struct PullStats {
   uint64_t pulled_rows = 0;
   uint64_t pulled_bytes = 0;
   uint64_t cached_rows = 0;
   uint64_t refetched_rows = 0;
+  uint64_t moved_retries = 0;
 };
 
 // Whether the caller promises that a key list has no duplicates.

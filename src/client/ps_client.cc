@@ -119,11 +119,12 @@ struct PsClient::Impl {
 
   // Rows pulled from the servers (and their key and value bytes), read
   // from the hot-row cache, and pulled again because the cached copy was
-  // over the bound.
+  // over the bound; pull requests refused as "moved" (PullStats).
   std::atomic<uint64_t> pulled_rows{0};
   std::atomic<uint64_t> pulled_bytes{0};
   std::atomic<uint64_t> cached_rows{0};
   std::atomic<uint64_t> refetched_rows{0};
+  std::atomic<uint64_t> moved_retries{0};
 
   // The hot-row cache (options.rpc.hot_rows; workers only, null otherwise)
   // and what it knows of the servers.
@@ -490,7 +491,8 @@ PullStats PsClient::pull_stats() const {
   return {.pulled_rows = impl_->pulled_rows.load(),
           .pulled_bytes = impl_->pulled_bytes.load(),
           .cached_rows = impl_->cached_rows.load(),
-          .refetched_rows = impl_->refetched_rows.load()};
+          .refetched_rows = impl_->refetched_rows.load(),
+          .moved_retries = impl_->moved_retries.load()};
 }
 
 absl::StatusOr<uint64_t> PsClient::TableDim(const std::string& table) const {
@@ -656,6 +658,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
           },
           attempt < kMovedRetries ? &moved : nullptr);
       if (!status.ok()) return status;
+      impl_->moved_retries += moved.size();
       std::vector<uint32_t> read;
       for (uint32_t s : asking) {
         if (std::find(moved.begin(), moved.end(), s) != moved.end()) continue;

@@ -201,19 +201,13 @@ uint32_t BucketMover::HoldAhead() const {
       std::min<double>(std::ceil(clocks), kMaxHoldAhead));
 }
 
-absl::Status BucketMover::AdoptEverywhere(const ShardMap& map,
-                                          const std::vector<bool>& first) {
+absl::Status BucketMover::Adopt(const ShardMap& map,
+                                const std::vector<bool>& on) {
   rpc::AdoptShardMapRequest request;
   request.set_protocol_version(kProtocolVersion);
   map.ToProto(request.mutable_shard_map());
-  std::vector<uint32_t> order;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
-    if (s < first.size() && first[s]) order.push_back(s);
-  }
-  for (uint32_t s = 0; s < servers_.size(); ++s) {
-    if (s >= first.size() || !first[s]) order.push_back(s);
-  }
-  for (uint32_t s : order) {
+    if (!on.empty() && !on[s]) continue;
     rpc::AdoptShardMapResponse response;
     rpc::ParameterServer::StubInterface& stub = *servers_[s].stub;
     grpc::Status status = Retried([&](grpc::ClientContext* context) {
@@ -274,7 +268,7 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   for (const rpc::PrepareMoveResponse& r : *prepared) {
     if (r.shard_map().version() != current->version()) {
       // Release the holds with the map they have; nothing moves.
-      (void)AdoptEverywhere(current->WithOwners({}));
+      (void)Adopt(current->WithOwners({}));
       return absl::FailedPreconditionError(
           "bucket move: the servers hold different shard maps");
     }
@@ -310,10 +304,10 @@ absl::StatusOr<MoveReport> BucketMover::Move(
   auto handover = current->WithHandover(real, cut);
   if (!handover.ok()) {
     // The holds end with an unchanged map of the next version.
-    (void)AdoptEverywhere(current->WithOwners({}));
+    (void)Adopt(current->WithOwners({}));
     return handover.status();
   }
-  if (auto s = AdoptEverywhere(*handover); !s.ok()) return s;
+  if (auto s = Adopt(*handover); !s.ok()) return s;
   hold_time_ = absl::Now() - hold_began;
   report.hold_ahead = ahead;
   std::vector<uint32_t> buckets;
@@ -420,19 +414,31 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
     }
   }
   report.held = absl::Now() - handed;
-  // 5. The old owners give the buckets up: the client reads them at the
-  // new owners from here on.
+  // 5. Settled at the new owners (those that hand none of these buckets
+  // over themselves: a server gives a bucket up before it adopts the map
+  // that has it elsewhere): the clients learn the map from their answers
+  // and read the rows there.
+  const ShardMap settled = handover.Settled(buckets);
+  std::vector<bool> first(servers_.size());
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    first[s] = destination[s] && !by_source.contains(s);
+  }
+  if (auto s = Adopt(settled, first); !s.ok()) return s;
+  // 6. The old owners give the buckets up: a client that still splits by
+  // the handover map is refused there and reads them at the new owners.
+  // Only after 5: given up before, the old owners refused every read of
+  // the buckets until the client had an answer from a new owner with the
+  // settled map, and those reads, asked twice, were the slowest of a move.
   for (const auto& [source, list] : by_source) {
     rpc::MovedRows none;
     if (auto s = HandOver(source, list, /*give_up=*/true, &none); !s.ok()) {
       return s;
     }
   }
-
-  // 6. Settled: the new owners first (their requests go on), then the
-  // others (the old owners drop the rows).
-  const ShardMap settled = handover.Settled(buckets);
-  if (auto s = AdoptEverywhere(settled, destination); !s.ok()) return s;
+  // 7. Settled at the others (the old owners drop the rows).
+  std::vector<bool> others(servers_.size());
+  for (uint32_t s = 0; s < servers_.size(); ++s) others[s] = !first[s];
+  if (auto s = Adopt(settled, others); !s.ok()) return s;
   report.transfer = absl::Now() - handed - report.wait;
   report.buckets = buckets.size();
   report.map = std::make_shared<const ShardMap>(settled);

@@ -29,10 +29,14 @@
 //      in sync, after the rounds before the cut): a copy of the rows, which
 //      it goes on reading from; TakeOver on the new owners, which install
 //      them, apply the pushes kept for them, and serve reads of them.
-//   5. HandOver(give_up) on each old owner: reads of the buckets are
-//      refused there from now on (the client asks the new owner).
-//   6. AdoptShardMap(settled) on the new owners, then on the others (the
-//      old owners drop the rows).
+//   5. AdoptShardMap(settled) on the new owners that give none of the
+//      buckets up themselves: the clients learn the settled map from
+//      their answers, and ask them for the rows.
+//   6. HandOver(give_up) on each old owner: reads of the buckets are
+//      refused there from now on (a client that still splits by the
+//      handover map asks the new owner). After 5, so that few clients do.
+//   7. AdoptShardMap(settled) on the others (the old owners drop the
+//      rows).
 //   A read waits at a new owner only between 2 and 4, and only one its old
 //   owner refused (in sync past the cut, in semi_async a window past it).
 // Moves run one at a time (Move is serialized). Calls that fail for a
@@ -122,11 +126,11 @@ class BucketMover {
   // waits for that whole time; a cut further ahead costs no request
   // anything, but the move waits that many more clocks of the workers.
   uint32_t HoldAhead() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AdoptShardMap(map) on every server, those `first` marks first.
-  absl::Status AdoptEverywhere(const ShardMap& map,
-                               const std::vector<bool>& first = {})
+  // AdoptShardMap(map) on the servers `on` marks (every server when `on`
+  // is empty), in rank order.
+  absl::Status Adopt(const ShardMap& map, const std::vector<bool>& on = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Steps 3-6 for `buckets`, handed over by `handover` at `cut`; `began`
+  // Steps 3-7 for `buckets`, handed over by `handover` at `cut`; `began`
   // and `report` carry the move's start and what it counted so far.
   absl::StatusOr<MoveReport> Complete(const ShardMap& handover,
                                       const std::vector<uint32_t>& buckets,

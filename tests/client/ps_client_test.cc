@@ -339,9 +339,12 @@ TEST(PsClientMovesTest, APullRefusedAsMovedAsksAgainOnlyForItsRows) {
   ASSERT_TRUE(old_owner.HandOver(&give_ctx, &hand, &none).ok());
 
   const size_t before = plan.pull_requests().size();
+  const uint64_t retries = c.pull_stats().moved_retries;
   std::vector<float> rows(4, 9.0f);
   ASSERT_TRUE(c.PullSparse("emb", keys, rows).ok());
   EXPECT_EQ(rows, (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(c.pull_stats().moved_retries - retries, 2u)
+      << "server 1 refused twice";
   // Split by map 1, the moving row is refused by server 1 (and again as
   // its owner by that map), then read at server 0 by map 2. Server 1 is
   // asked along each time (the pull is its gate), server 0 for the

@@ -27,6 +27,12 @@ void FaultPlan::RefuseWhen(const std::string& method,
   refuse_when_[method] = ready;
 }
 
+void FaultPlan::OnCall(const std::string& method,
+                       std::function<void()> observe) {
+  absl::MutexLock lock(&mu_);
+  on_call_[method] = std::move(observe);
+}
+
 std::vector<rpc::PullSparseRequest> FaultPlan::pull_requests() const {
   absl::MutexLock lock(&mu_);
   return pulls_;
@@ -45,6 +51,7 @@ int FaultPlan::calls(const std::string& method) const {
 
 FaultPlan::Fault FaultPlan::Next(const std::string& method) {
   absl::Notification* ready = nullptr;
+  std::function<void()> observe;
   {
     absl::MutexLock lock(&mu_);
     ++calls_[method];
@@ -53,7 +60,11 @@ FaultPlan::Fault FaultPlan::Next(const std::string& method) {
       ready = it->second;
       refuse_when_.erase(it);
     }
+    if (auto seen = on_call_.find(method); seen != on_call_.end()) {
+      observe = seen->second;
+    }
   }
+  if (observe) observe();
   if (ready != nullptr) {
     ready->WaitForNotification();
     return Fault::kRefuse;

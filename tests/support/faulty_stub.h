@@ -10,13 +10,16 @@
 //  - `dead` answers UNAVAILABLE to everything;
 //  - `refuse_when` holds the next call of a method until a notification,
 //    then refuses it (a peer that went away while the caller did something
-//    else: what the caller sends again is then decided after that).
+//    else: what the caller sends again is then decided after that);
+//  - `on_call` runs a function as each call of a method is made, before
+//    it reaches the server (to see the servers' state at that moment).
 // It also keeps every PullSparse request it passed or faulted, in order.
 // It is a gmock stub (hetps_mock.grpc.pb.h) with the callback API added,
 // which is what PsClient uses; the synchronous calls the coordinator and
 // the BucketMover make go the same way.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +42,8 @@ class FaultPlan {
   // The next call of `method` waits (on its caller's thread) until `ready`
   // is notified, then answers UNAVAILABLE; `ready` must outlive that call.
   void RefuseWhen(const std::string& method, absl::Notification* ready);
+  // `observe` runs on the caller's thread at every call of `method`.
+  void OnCall(const std::string& method, std::function<void()> observe);
   // Calls of `method` seen (faulted or not).
   int calls(const std::string& method) const;
   std::vector<rpc::PullSparseRequest> pull_requests() const;
@@ -54,6 +59,7 @@ class FaultPlan {
   std::map<std::string, int> lose_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> calls_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Notification*> refuse_when_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::function<void()>> on_call_ ABSL_GUARDED_BY(mu_);
   std::vector<rpc::PullSparseRequest> pulls_ ABSL_GUARDED_BY(mu_);
   bool dead_ ABSL_GUARDED_BY(mu_) = false;
 };
