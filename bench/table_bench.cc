@@ -10,6 +10,7 @@
 // counts keys.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "common/finite.h"
 #include "hetps/config.h"
 #include "shard/access_stats.h"
+#include "shard/shard_map.h"
 #include "table/optimizer.h"
 #include "table/sparse_table.h"
 
@@ -113,7 +115,78 @@ void BM_CheckFinite(benchmark::State& state) {
                           static_cast<int64_t>(values.size() * sizeof(float)));
 }
 
+// What a bucket move walks at its old owner (server/ps_server_moves.cc):
+// the copy of the rows of `moving` of 4096 buckets (ForEachRowWithState
+// with the bucket test), and their removal when the move settles
+// (ExtractRows; the rows are put back, untimed, for the next iteration).
+// items/s counts the table's rows walked.
+std::vector<bool> MovingBuckets(uint32_t moving) {
+  std::vector<bool> buckets(ServerOptions{}.num_buckets, false);
+  for (uint32_t b = 0; b < moving; ++b) buckets[b * 73 % buckets.size()] = true;
+  return buckets;
+}
+
+void BM_CopyBuckets(benchmark::State& state) {
+  const size_t count = static_cast<size_t>(state.range(0));
+  Fixture f = MakeWarmTable("adagrad", count, 32);
+  const std::vector<bool> moving =
+      MovingBuckets(static_cast<uint32_t>(state.range(1)));
+  const uint32_t buckets = static_cast<uint32_t>(moving.size());
+  uint64_t copied = 0;
+  for (auto _ : state) {
+    std::vector<float> weights;
+    f.table->ForEachRowWithState(
+        [&](uint64_t, std::span<const float> w, std::span<const float>,
+            uint64_t) { weights.insert(weights.end(), w.begin(), w.end()); },
+        [&](uint64_t key) { return moving[BucketOfKey(key, buckets)]; });
+    copied = weights.size() / 32;
+    benchmark::DoNotOptimize(weights.data());
+  }
+  state.counters["rows_copied"] = static_cast<double>(copied);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(count));
+}
+
+void BM_ExtractBuckets(benchmark::State& state) {
+  const size_t count = static_cast<size_t>(state.range(0));
+  Fixture f = MakeWarmTable("adagrad", count, 32);
+  const std::vector<bool> moving =
+      MovingBuckets(static_cast<uint32_t>(state.range(1)));
+  const uint32_t buckets = static_cast<uint32_t>(moving.size());
+  struct Row {
+    uint64_t key;
+    std::vector<float> weights, state;
+    uint64_t updates;
+  };
+  std::vector<Row> taken;
+  for (auto _ : state) {
+    taken.clear();
+    f.table->ExtractRows(
+        [&](uint64_t key) { return moving[BucketOfKey(key, buckets)]; },
+        [&](uint64_t key, std::span<const float> w, std::span<const float> st,
+            uint64_t updates) {
+          taken.push_back({key, {w.begin(), w.end()}, {st.begin(), st.end()},
+                           updates});
+        });
+    state.PauseTiming();
+    for (const Row& r : taken) {
+      f.table->RestoreRow(r.key, r.weights, r.state, r.updates);
+    }
+    state.ResumeTiming();
+  }
+  state.counters["rows_removed"] = static_cast<double>(taken.size());
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(count));
+}
+
+void MoveSizes(benchmark::internal::Benchmark* b) {
+  for (int64_t count : {150'000, 1'000'000}) b->Args({count, 54});
+  b->ArgNames({"rows", "moving"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
 BENCHMARK(BM_Pull)->Apply(Sizes);
+BENCHMARK(BM_CopyBuckets)->Apply(MoveSizes);
+BENCHMARK(BM_ExtractBuckets)->Apply(MoveSizes);
 BENCHMARK(BM_RecordAccess)
     ->Arg(64)
     ->Arg(1'000)
