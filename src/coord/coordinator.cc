@@ -517,20 +517,30 @@ void Coordinator::FinishOpenMoves() {
     absl::MutexLock lock(&mu_);
     return shard_map_;
   }();
-  if (map.pending().empty()) return;
-  spdlog::info(
-      "placement: shard map version {} holds {} buckets' handover open (the "
-      "previous server 0 stopped in the middle of a move); finishing it",
-      map.version(), map.pending().size());
-  // On the mover's thread, as a plan is: Stop cancels it there.
+  // Version 1 is the job's first map: nothing was moved.
+  if (map.version() <= 1) return;
+  const bool open = !map.pending().empty();
+  if (open) {
+    spdlog::info(
+        "placement: shard map version {} holds {} buckets' handover open "
+        "(the previous server 0 stopped in the middle of a move); finishing "
+        "it",
+        map.version(), map.pending().size());
+  }
+  // On the mover's thread, as a plan is: Stop cancels it there. Also
+  // without a handover open: a server the previous mover did not reach
+  // may hold an older map (BucketMover::FinishOpen).
   Mover();
   moving_ = true;
-  mover_thread_ = std::thread([this, map] {
+  mover_thread_ = std::thread([this, map, open] {
     auto report = mover_->FinishOpen(map);
     if (!report.ok()) {
-      spdlog::warn("placement: finishing the open handover failed: {}",
+      spdlog::warn("placement: {} failed: {}",
+                   open ? "finishing the open handover"
+                        : absl::StrCat("giving every server shard map version ",
+                                       map.version()),
                    report.status().ToString());
-    } else {
+    } else if (open) {
       const std::string line = absl::StrFormat(
           "finished the open handover: %d buckets, %d rows (%.1f MB); map "
           "version %d",

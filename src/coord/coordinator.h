@@ -208,8 +208,10 @@ class Coordinator final : public rpc::Coordinator::Service {
   // `mover_`, made on first use (control thread only).
   BucketMover& Mover();
   // A shard map taken from the running servers at a restart may hold a
-  // handover the previous coordinator left open: finished first, on
-  // `mover_thread_` (no plan is made meanwhile: `moving_`).
+  // handover the previous coordinator left open, or be one some servers
+  // did not adopt yet: every server adopts it and the handover is
+  // finished first, on `mover_thread_` (no plan is made meanwhile:
+  // `moving_`).
   void FinishOpenMoves() ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr uint64_t kMoveStepBytes = 512 << 10;
 

@@ -321,6 +321,12 @@ absl::StatusOr<MoveReport> BucketMover::FinishOpen(const ShardMap& map) {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return absl::CancelledError("bucket move: cancelled");
   const absl::Time began = absl::Now();
+  // First every server takes `map` (a newer map only): the mover may have
+  // stopped after some adopted it and before others did — the settled map
+  // at the new owners but not yet at the old ones (steps 5-7), or a
+  // handover map not everywhere yet. An old owner then drops the rows, or
+  // hands them over as the map says.
+  if (auto s = Adopt(map); !s.ok()) return s;
   // Every open handover at once, past the latest cut of each worker (cuts
   // only grow, so a worker past it is past every earlier one).
   std::vector<uint32_t> buckets;

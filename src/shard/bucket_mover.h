@@ -95,9 +95,11 @@ class BucketMover {
   absl::StatusOr<MoveReport> Move(
       const std::vector<std::pair<uint32_t, uint32_t>>& moves);
 
-  // Carries out steps 3-6 for every handover `map` (the servers' map)
-  // holds open: those of a Move whose mover stopped before the end — server
-  // 0, the coordinator, restarted in the middle of one. Each worker must be
+  // Has every server adopt `map` (the newest of the servers' maps; one
+  // adopted by some only, when a Move's mover stopped between two of its
+  // adoptions), then carries out steps 3-7 for every handover it holds
+  // open: those of a Move whose mover stopped before the end — server 0,
+  // the coordinator, restarted in the middle of one. Each worker must be
   // past the latest cut any of them names. Errors as Move's.
   absl::StatusOr<MoveReport> FinishOpen(const ShardMap& map);
 

@@ -227,6 +227,51 @@ TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
   EXPECT_EQ(again->buckets, 0u);
 }
 
+// The mover stops after the new owner adopted the settled map and before
+// the old owner gave the bucket up (step 6 never gets through): the old
+// owner still holds the handover map and the rows. The next mover, given
+// the newest map (the settled one, nothing pending in it), brings the old
+// owner to it, and the old owner drops the rows. Before, a map with no
+// handover open was taken as done, and the old owner kept the older map:
+// every later move failed ("the servers hold different shard maps").
+TEST(BucketMoverTest, AServerLeftOnAnOlderMapIsBroughtToTheNewest) {
+  TwoServers servers(TwoServerJob());
+  ASSERT_TRUE(servers.ok());
+  LocalServer& from = servers.from;
+  LocalServer& to = servers.to;
+  const TrainedBucket trained = TrainBucket(*from.ps);
+  const uint64_t first = from.ps->map_version();
+
+  FaultPlan plan;
+  int handovers = 0;
+  plan.OnCall("HandOver", [&] {
+    if (++handovers == 2) plan.Refuse("HandOver", 1000000);  // the give-up
+  });
+  BucketMover dying(servers.endpoints(), ConsistencyMode::kAsync,
+                    FaultyStubs(plan), absl::Milliseconds(300));
+  auto failed = dying.Move({{trained.bucket, 1}});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("HandOver on server 0"),
+            std::string::npos)
+      << failed.status();
+  const ShardMap newest = to.ps->shard_map();
+  ASSERT_EQ(newest.version(), first + 2);
+  ASSERT_TRUE(newest.pending().empty());
+  ASSERT_EQ(from.ps->map_version(), first + 1) << "still handing over";
+
+  BucketMover next(servers.endpoints(), ConsistencyMode::kAsync,
+                   GrpcParameterServerStubs(64 << 20, Credentials()));
+  auto finished = next.FinishOpen(newest);
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  EXPECT_EQ(finished->buckets, 0u);
+  EXPECT_EQ(from.ps->map_version(), first + 2);
+  ExpectMovedOnce(trained, *from.ps, *to.ps);
+  // A move after it finds both servers on one map.
+  auto back = next.Move({{trained.bucket, 0}});
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(from.ps->shard_map().owner(trained.bucket), 0u);
+}
+
 TEST(BucketMoverTest, ACallThatKeepsFailingEndsTheMoveNamingTheServer) {
   TwoServers servers(TwoServerJob());
   ASSERT_TRUE(servers.ok());
