@@ -10,8 +10,8 @@
 // counts keys.
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -165,8 +165,8 @@ void BM_ExtractBuckets(benchmark::State& state) {
         [&](uint64_t key) { return moving[BucketOfKey(key, buckets)]; },
         [&](uint64_t key, std::span<const float> w, std::span<const float> st,
             uint64_t updates) {
-          taken.push_back({key, {w.begin(), w.end()}, {st.begin(), st.end()},
-                           updates});
+          taken.push_back(
+              {key, {w.begin(), w.end()}, {st.begin(), st.end()}, updates});
         });
     state.PauseTiming();
     for (const Row& r : taken) {

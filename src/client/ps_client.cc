@@ -337,9 +337,9 @@ struct PsClient::Impl {
         const grpc::Status& s = results[i];
         if (s.ok()) continue;
         if (moved != nullptr &&
-            IsMovedError(absl::Status(
-                static_cast<absl::StatusCode>(s.error_code()),
-                s.error_message()))) {
+            IsMovedError(
+                absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                             s.error_message()))) {
           moved->push_back(targets[i]);
           continue;
         }

@@ -14,8 +14,7 @@ ChunkQueue::ChunkQueue(uint32_t chunks, int epochs, uint32_t workers)
       workers_(workers),
       leases_(workers) {}
 
-rpc::ChunkResponse ChunkQueue::Next(uint32_t worker,
-                                    uint64_t finished_samples,
+rpc::ChunkResponse ChunkQueue::Next(uint32_t worker, uint64_t finished_samples,
                                     uint64_t received) {
   Lease& lease = leases_[worker];
   if (lease.held && lease.count == received + 1) return *lease.held;

@@ -231,7 +231,7 @@ grpc::Status Coordinator::NextChunk(grpc::ServerContext*,
   if (grpc::Status s = CheckRank(request->rank()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   *response = chunks_.Next(request->rank(), request->finished_samples(),
-                          request->chunks_received());
+                           request->chunks_received());
   return grpc::Status::OK;
 }
 

@@ -46,8 +46,7 @@ PsServer::NoBlockingScope::~NoBlockingScope() { t_no_blocking = outer_; }
 
 absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
                                   const ShardMap::RequestClock& at,
-                                  std::span<const uint64_t> keys,
-                                  bool hold) {
+                                  std::span<const uint64_t> keys, bool hold) {
   const bool worker = at.worker < seen_.size();
   const uint64_t packed = PackAt(at.incarnation, at.clock);
   if (keys.empty() && worker) {
@@ -200,8 +199,8 @@ bool PsServer::AdoptMap(ShardMap map,
   for (const auto& [name, table] : sparse_) {
     dropped += table->ExtractRows(
         [&](uint64_t key) { return drop[BucketOfKey(key, map_num_buckets_)]; },
-        [](uint64_t, std::span<const float>, std::span<const float>,
-           uint64_t) {});
+        [](uint64_t, std::span<const float>, std::span<const float>, uint64_t) {
+        });
   }
   spdlog::debug("server {}: {} rows of {} buckets that moved away dropped",
                 rank_, dropped, settled_away.size());
@@ -402,9 +401,7 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
           state.insert(state.end(), s.begin(), s.end());
           moved->add_update_counts(updates);
         },
-        [&](uint64_t key) {
-          return handing[BucketOfKey(key, num_buckets)];
-        });
+        [&](uint64_t key) { return handing[BucketOfKey(key, num_buckets)]; });
     AssignBytes<uint64_t>(moved->mutable_keys(), keys);
     AssignBytes<float>(moved->mutable_weights(), weights);
     AssignBytes<float>(moved->mutable_state(), state);

@@ -294,8 +294,7 @@ TEST(PsClientMovesTest, APullRefusedAsMovedAsksAgainOnlyForItsRows) {
   for (uint32_t rank : {0u, 1u}) {
     auto node = ServerNode::Start(config, rank, "127.0.0.1:0");
     ASSERT_TRUE(node.ok()) << node.status();
-    options.endpoints.push_back("127.0.0.1:" +
-                                std::to_string((*node)->port()));
+    options.endpoints.push_back("127.0.0.1:" + std::to_string((*node)->port()));
     nodes.push_back(std::move(*node));
   }
   PsServer& new_owner = nodes[0]->ps();
@@ -320,7 +319,8 @@ TEST(PsClientMovesTest, APullRefusedAsMovedAsksAgainOnlyForItsRows) {
   // The moving key's bucket goes to server 0 from clock 1 on: its rows
   // arrive there, and server 1 gives it up.
   const uint32_t bucket = v1.BucketOf(moving);
-  auto v2 = v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 1}}});
+  auto v2 =
+      v1.WithHandover({{bucket, 0}}, {{0, {.incarnation = 0, .clock = 1}}});
   ASSERT_TRUE(v2.ok()) << v2.status();
   ASSERT_TRUE(new_owner.AdoptMap(*v2));
   ASSERT_TRUE(old_owner.AdoptMap(*v2));

@@ -10,8 +10,8 @@
 
 #include "coord/chunk_queue.h"
 #include "gmock/gmock.h"
-#include "support/mock_stubs.h"
 #include "support/fake_clock.h"
+#include "support/mock_stubs.h"
 
 namespace hetps {
 namespace {
