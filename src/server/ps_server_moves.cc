@@ -199,8 +199,7 @@ bool PsServer::AdoptMap(ShardMap map,
   for (const auto& [name, table] : sparse_) {
     dropped += table->ExtractRows(
         [&](uint64_t key) { return drop[BucketOfKey(key, map_num_buckets_)]; },
-        [](uint64_t, std::span<const float>, std::span<const float>, uint64_t) {
-        });
+        [](auto&&...) {});
   }
   spdlog::debug("server {}: {} rows of {} buckets that moved away dropped",
                 rank_, dropped, settled_away.size());
