@@ -131,14 +131,15 @@ void BM_CopyBuckets(benchmark::State& state) {
   Fixture f = MakeWarmTable("adagrad", count, 32);
   const std::vector<bool> moving =
       MovingBuckets(static_cast<uint32_t>(state.range(1)));
-  const uint32_t buckets = static_cast<uint32_t>(moving.size());
   uint64_t copied = 0;
   for (auto _ : state) {
     std::vector<float> weights;
     f.table->ForEachRowWithState(
         [&](uint64_t, std::span<const float> w, std::span<const float>,
             uint64_t) { weights.insert(weights.end(), w.begin(), w.end()); },
-        [&](uint64_t key) { return moving[BucketOfKey(key, buckets)]; });
+        [&](std::span<const uint64_t> keys, std::span<bool> take) {
+          MarkKeysInBuckets(moving, keys, take);
+        });
     copied = weights.size() / 32;
     benchmark::DoNotOptimize(weights.data());
   }
@@ -152,7 +153,6 @@ void BM_ExtractBuckets(benchmark::State& state) {
   Fixture f = MakeWarmTable("adagrad", count, 32);
   const std::vector<bool> moving =
       MovingBuckets(static_cast<uint32_t>(state.range(1)));
-  const uint32_t buckets = static_cast<uint32_t>(moving.size());
   struct Row {
     uint64_t key;
     std::vector<float> weights, state;
@@ -162,7 +162,9 @@ void BM_ExtractBuckets(benchmark::State& state) {
   for (auto _ : state) {
     taken.clear();
     f.table->ExtractRows(
-        [&](uint64_t key) { return moving[BucketOfKey(key, buckets)]; },
+        [&](std::span<const uint64_t> keys, std::span<bool> take) {
+          MarkKeysInBuckets(moving, keys, take);
+        },
         [&](uint64_t key, std::span<const float> w, std::span<const float> st,
             uint64_t updates) {
           taken.push_back(

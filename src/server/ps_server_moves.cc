@@ -198,7 +198,9 @@ bool PsServer::AdoptMap(ShardMap map,
   uint64_t dropped = 0;
   for (const auto& [name, table] : sparse_) {
     dropped += table->ExtractRows(
-        [&](uint64_t key) { return drop[BucketOfKey(key, map_num_buckets_)]; },
+        [&](std::span<const uint64_t> keys, std::span<bool> take) {
+          MarkKeysInBuckets(drop, keys, take);
+        },
         [](auto&&...) {});
   }
   spdlog::debug("server {}: {} rows of {} buckets that moved away dropped",
@@ -400,7 +402,9 @@ absl::StatusOr<rpc::MovedRows> PsServer::DoHandOver(
           state.insert(state.end(), s.begin(), s.end());
           moved->add_update_counts(updates);
         },
-        [&](uint64_t key) { return handing[BucketOfKey(key, num_buckets)]; });
+        [&](std::span<const uint64_t> keys, std::span<bool> take) {
+          MarkKeysInBuckets(handing, keys, take);
+        });
     AssignBytes<uint64_t>(moved->mutable_keys(), keys);
     AssignBytes<float>(moved->mutable_weights(), weights);
     AssignBytes<float>(moved->mutable_state(), state);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,18 @@ inline bool IsMovedError(const absl::Status& status) {
 // the bucket.
 inline uint32_t BucketOfKey(uint64_t key, uint32_t num_buckets) {
   return ScaleToRange(Mix64(key), num_buckets);
+}
+
+// Sets take[i] to whether keys[i] lies in a bucket `buckets` marks (one
+// entry a bucket): the rows of a table that a move copies or drops
+// (SparseTable::KeySelector).
+inline void MarkKeysInBuckets(const std::vector<bool>& buckets,
+                              std::span<const uint64_t> keys,
+                              std::span<bool> take) {
+  const auto num_buckets = static_cast<uint32_t>(buckets.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    take[i] = buckets[BucketOfKey(keys[i], num_buckets)];
+  }
 }
 
 class ShardMap {

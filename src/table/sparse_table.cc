@@ -234,6 +234,11 @@ float* SparseTable::Row(const Stripe& stripe, uint32_t slot) const {
          uint64_t{slot & mask} * row_stride_;
 }
 
+uint64_t& SparseTable::KeyOf(const Stripe& stripe, uint32_t slot) const {
+  const uint32_t mask = (uint32_t{1} << chunk_shift_) - 1;
+  return stripe.key_chunks[slot >> chunk_shift_][slot & mask];
+}
+
 uint32_t SparseTable::AddSlot(Stripe& stripe, uint64_t key) {
   const uint32_t slot = stripe.rows;
   if ((slot & ((uint32_t{1} << chunk_shift_) - 1)) == 0) {
@@ -241,8 +246,11 @@ uint32_t SparseTable::AddSlot(Stripe& stripe, uint64_t key) {
     // are committed as it fills.
     stripe.chunks.push_back(std::make_unique_for_overwrite<float[]>(
         (uint64_t{1} << chunk_shift_) * row_stride_));
+    stripe.key_chunks.push_back(std::make_unique_for_overwrite<uint64_t[]>(
+        uint64_t{1} << chunk_shift_));
   }
   ++stripe.rows;
+  KeyOf(stripe, slot) = key;
   stripe.index.emplace(key, slot);
   return slot;
 }
@@ -462,22 +470,44 @@ void SparseTable::ForEachRow(
 void SparseTable::ForEachRowWithState(
     const std::function<void(uint64_t, std::span<const float>,
                              std::span<const float>, uint64_t)>& fn,
-    const std::function<bool(uint64_t)>& take) const {
+    const KeySelector& take) const {
   const uint64_t dim = config_.dim;
   // Last stripe first: requests lock theirs first to last, so one that
   // waits for a stripe visited here meets this walk once, not at every
   // stripe after it.
   for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
-    const auto& stripe = *it;
-    absl::MutexLock lock(&stripe->mu);
-    for (const auto& [key, slot] : stripe->index) {
-      if (take && !take(key)) continue;
-      const float* row = Row(*stripe, slot);
-      fn(key, std::span<const float>(row, dim),
+    const Stripe& stripe = **it;
+    absl::MutexLock lock(&stripe.mu);
+    std::vector<uint32_t> chosen;
+    if (take) chosen = ChosenSlots(stripe, take);
+    const uint32_t count =
+        take ? static_cast<uint32_t>(chosen.size()) : stripe.rows;
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint32_t slot = take ? chosen[i] : i;
+      const float* row = Row(stripe, slot);
+      fn(KeyOf(stripe, slot), std::span<const float>(row, dim),
          std::span<const float>(row + dim, state_width_),
          LoadCount(row + dim + state_width_));
     }
   }
+}
+
+std::vector<uint32_t> SparseTable::ChosenSlots(const Stripe& stripe,
+                                               const KeySelector& take) const {
+  std::vector<uint32_t> chosen;
+  const uint32_t per_chunk = uint32_t{1} << chunk_shift_;
+  const auto choices =
+      std::make_unique_for_overwrite<bool[]>(std::min(per_chunk, stripe.rows));
+  for (uint32_t first = 0; first < stripe.rows; first += per_chunk) {
+    const uint32_t n = std::min(per_chunk, stripe.rows - first);
+    take(std::span<const uint64_t>(
+             stripe.key_chunks[first >> chunk_shift_].get(), n),
+         std::span<bool>(choices.get(), n));
+    for (uint32_t i = 0; i < n; ++i) {
+      if (choices[i]) chosen.push_back(first + i);
+    }
+  }
+  return chosen;
 }
 
 void SparseTable::CopyChunk(Stripe& stripe, StripeSnapshot& snap,
@@ -503,8 +533,8 @@ void SparseTable::BeforeRowWrite(Stripe& stripe, uint32_t slot) const {
 void SparseTable::KeySnapshot(Stripe& stripe, StripeSnapshot& snap) const {
   if (snap.keyed) return;
   snap.keys.resize(snap.rows);
-  for (const auto& [key, slot] : stripe.index) {
-    if (slot < snap.rows) snap.keys[slot] = key;
+  for (uint32_t slot = 0; slot < snap.rows; ++slot) {
+    snap.keys[slot] = KeyOf(stripe, slot);
   }
   snap.keyed = true;
 }
@@ -579,7 +609,7 @@ void SparseTable::Snapshot::ForEachRow(
 }
 
 uint64_t SparseTable::ExtractRows(
-    const std::function<bool(uint64_t)>& take,
+    const KeySelector& take,
     const std::function<void(uint64_t, std::span<const float>,
                              std::span<const float>, uint64_t)>& fn) {
   const uint64_t dim = config_.dim;
@@ -588,14 +618,8 @@ uint64_t SparseTable::ExtractRows(
   for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
     const auto& stripe = *it;
     absl::MutexLock lock(&stripe->mu);
-    // The key of every slot (the rows do not carry their keys), and the
-    // slots to free.
-    std::vector<uint64_t> key_of(stripe->rows);
-    std::vector<uint32_t> freed;
-    for (const auto& [key, slot] : stripe->index) {
-      key_of[slot] = key;
-      if (take(key)) freed.push_back(slot);
-    }
+    // The slots to free, lowest first.
+    const std::vector<uint32_t> freed = ChosenSlots(*stripe, take);
     if (freed.empty()) continue;
     if (StripeSnapshot* snap = stripe->snapshot) {
       // Rows are about to move between slots: the snapshot takes all it
@@ -609,21 +633,22 @@ uint64_t SparseTable::ExtractRows(
       stripe->snapshot = nullptr;
     }
     for (uint32_t slot : freed) {
+      const uint64_t key = KeyOf(*stripe, slot);
       const float* row = Row(*stripe, slot);
-      fn(key_of[slot], std::span<const float>(row, dim),
+      fn(key, std::span<const float>(row, dim),
          std::span<const float>(row + dim, state_width_),
          LoadCount(row + dim + state_width_));
-      stripe->index.erase(key_of[slot]);
+      stripe->index.erase(key);
     }
     // Fill the freed slots from the end, highest first, so a row moved in
     // is never one still to be freed.
-    std::sort(freed.begin(), freed.end(), std::greater<>());
-    for (uint32_t slot : freed) {
+    for (auto slot = freed.rbegin(); slot != freed.rend(); ++slot) {
       const uint32_t last = --stripe->rows;
-      if (slot != last) {
-        std::copy_n(Row(*stripe, last), row_stride_, Row(*stripe, slot));
-        key_of[slot] = key_of[last];
-        stripe->index[key_of[slot]] = slot;
+      if (*slot != last) {
+        std::copy_n(Row(*stripe, last), row_stride_, Row(*stripe, *slot));
+        const uint64_t moved = KeyOf(*stripe, last);
+        KeyOf(*stripe, *slot) = moved;
+        stripe->index[moved] = *slot;
       }
     }
     // Chunks past the last row are returned.
@@ -631,6 +656,7 @@ uint64_t SparseTable::ExtractRows(
         (uint64_t{stripe->rows} + (uint64_t{1} << chunk_shift_) - 1) >>
         chunk_shift_;
     stripe->chunks.resize(chunks);
+    stripe->key_chunks.resize(chunks);
     removed += freed.size();
   }
   return removed;

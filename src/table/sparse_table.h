@@ -84,14 +84,20 @@ class SparseTable {
   // Floats of optimizer state per row.
   uint64_t state_width() const { return state_width_; }
 
+  // Chooses the rows a walk takes by their keys: sets take[i] to whether
+  // the row of keys[i] is taken. A walk hands it the keys of thousands of
+  // rows at a time, so a selector's loop costs no call per row.
+  using KeySelector =
+      std::function<void(std::span<const uint64_t> keys, std::span<bool> take)>;
+
   // As ForEachRow, with the row's optimizer state (state_width() floats),
-  // for the rows whose key `take` accepts (every row without it): what a
-  // bucket handed over copies. A row `take` refuses is not read, so a few
-  // rows of a large table cost a pass over its index, not over its rows.
+  // for the rows `take` chooses (every row without it): what a bucket handed
+  // over copies. A row not chosen is not read, so a few rows of a large
+  // table cost a pass over its keys (8 bytes a row), not over its rows.
   void ForEachRowWithState(
       const std::function<void(uint64_t, std::span<const float>,
                                std::span<const float>, uint64_t)>& fn,
-      const std::function<bool(uint64_t)>& take = nullptr) const;
+      const KeySelector& take = nullptr) const;
 
   // A copy of the table as it was at one instant, read while the table goes
   // on changing (what a checkpoint writes; TakeSnapshot).
@@ -104,14 +110,14 @@ class SparseTable {
   // the table must outlive it.
   std::unique_ptr<Snapshot> TakeSnapshot();
 
-  // Removes every row whose key `take` accepts, handing each to `fn(key,
+  // Removes every row `take` chooses, handing each to `fn(key,
   // weights, state, update_count)` first: what a bucket that moves to
   // another server gives up (RestoreRow installs it there). Stripe by
   // stripe, each locked while it is visited; the last rows of a stripe move
   // into the freed slots, so its rows stay contiguous. Returns the rows
   // removed.
   uint64_t ExtractRows(
-      const std::function<bool(uint64_t)>& take,
+      const KeySelector& take,
       const std::function<void(uint64_t, std::span<const float>,
                                std::span<const float>, uint64_t)>& fn);
 
@@ -133,11 +139,14 @@ class SparseTable {
     std::vector<uint64_t> keys;  // by slot, once `keyed`
     bool keyed = false;
   };
-  // One lock stripe: the index from key to slot, and the rows in chunks.
+  // One lock stripe: the index from key to slot, the rows in chunks, and
+  // the key of each slot in chunks of as many slots (what a walk over the
+  // rows reads: a move's copy and drop, a snapshot, without the index).
   struct Stripe {
     mutable absl::Mutex mu;
     absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
+    std::vector<std::unique_ptr<uint64_t[]>> key_chunks ABSL_GUARDED_BY(mu);
     uint32_t rows ABSL_GUARDED_BY(mu) = 0;
     // The snapshot that still reads this stripe (null: none).
     StripeSnapshot* snapshot ABSL_GUARDED_BY(mu) = nullptr;
@@ -150,15 +159,23 @@ class SparseTable {
   // the snapshot.
   void CopyChunk(Stripe& stripe, StripeSnapshot& snap, uint32_t chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
-  // Fills the snapshot's keys from the index (its slots are still those of
-  // the snapshot's instant: only ExtractRows moves rows, and it takes the
-  // snapshot's copy first).
+  // Fills the snapshot's keys from the stripe's (its slots are still those
+  // of the snapshot's instant: only ExtractRows moves rows, and it takes
+  // the snapshot's copy first).
   void KeySnapshot(Stripe& stripe, StripeSnapshot& snap) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
   int StripeOf(uint64_t key) const;
   // The row block of `slot` (in use): dim weights, the optimizer state, then
   // the 64-bit update count in the next two floats' bytes.
   float* Row(const Stripe& stripe, uint32_t slot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+  // The key of `slot` (in use).
+  uint64_t& KeyOf(const Stripe& stripe, uint32_t slot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+  // The slots of `stripe` whose rows `take` chooses, lowest first (asked
+  // one chunk of keys at a time).
+  std::vector<uint32_t> ChosenSlots(const Stripe& stripe,
+                                    const KeySelector& take) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
   // Adds a slot for `key`, which `stripe` does not hold, its row not yet
   // written, and returns it.

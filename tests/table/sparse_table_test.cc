@@ -387,6 +387,14 @@ void AddRow(AllRows& rows, uint64_t key, std::span<const float> w,
   EXPECT_TRUE(rows.emplace(key, std::move(all)).second) << key;
 }
 
+// The selector that takes the rows whose key `pred` accepts.
+SparseTable::KeySelector Where(std::function<bool(uint64_t)> pred) {
+  return [pred = std::move(pred)](std::span<const uint64_t> keys,
+                                  std::span<bool> take) {
+    for (size_t i = 0; i < keys.size(); ++i) take[i] = pred(keys[i]);
+  };
+}
+
 AllRows RowsOf(const SparseTable& table) {
   AllRows rows;
   table.ForEachRowWithState(
@@ -422,12 +430,13 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   ASSERT_EQ(before.size(), kRows);
   // A third of the rows leave (as a bucket's would) into another table.
   auto leaves = [](uint64_t key) { return key % 3 == 0; };
+  const SparseTable::KeySelector leaving = Where(leaves);
   // A copy of those first (what a HandOver sends), the table unchanged.
   AllRows copied;
   table->ForEachRowWithState(
       [&](uint64_t key, std::span<const float> w, std::span<const float> st,
           uint64_t count) { AddRow(copied, key, w, st, count); },
-      leaves);
+      leaving);
   AllRows expected_copy;
   for (const auto& [key, row] : before) {
     if (leaves(key)) expected_copy.emplace(key, row);
@@ -438,8 +447,8 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   auto other = MakeTable(config, 4);
   uint64_t handed = 0;
   const uint64_t removed = table->ExtractRows(
-      leaves, [&](uint64_t key, std::span<const float> w,
-                  std::span<const float> st, uint64_t count) {
+      leaving, [&](uint64_t key, std::span<const float> w,
+                   std::span<const float> st, uint64_t count) {
         EXPECT_TRUE(leaves(key)) << key;
         other->RestoreRow(key, w, st, count);
         ++handed;
@@ -471,7 +480,7 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
   untouched->Pull(std::vector<uint64_t>{left}, row);
   EXPECT_EQ(fresh, row);
   // Taking every row empties the table.
-  EXPECT_EQ(table->ExtractRows([](uint64_t) { return true; },
+  EXPECT_EQ(table->ExtractRows(Where([](uint64_t) { return true; }),
                                [](uint64_t, std::span<const float>,
                                   std::span<const float>, uint64_t) {}),
             kRows - expected + 1);
@@ -496,7 +505,7 @@ TEST(SparseTableTest, ASnapshotHoldsItsInstantWhileWritesGoOn) {
   std::vector<float> out(16);
   table->Pull(std::vector<uint64_t>{1}, out);  // a new row
   table->RestoreRow(2, out, std::vector<float>(16, 1.0f), 5);
-  table->ExtractRows([](uint64_t key) { return key % 5 == 0; },
+  table->ExtractRows(Where([](uint64_t key) { return key % 5 == 0; }),
                      [](uint64_t, std::span<const float>,
                         std::span<const float>, uint64_t) {});
   std::atomic<bool> reading{true};
