@@ -251,7 +251,7 @@ uint32_t SparseTable::AddSlot(Stripe& stripe, uint64_t key) {
   }
   ++stripe.rows;
   KeyOf(stripe, slot) = key;
-  stripe.index.emplace(key, slot);
+  stripe.index.insert(IndexEntry::Of(key, slot));
   return slot;
 }
 
@@ -284,8 +284,7 @@ void SparseTable::LocateRows(Stripe& stripe, const uint64_t* keys,
     // Warm rows are the common case: a plain find, with the creation path
     // out of line.
     const auto it = stripe.index.find(keys[j]);
-    slots[j] =
-        it != stripe.index.end() ? it->second : CreateRow(stripe, keys[j]);
+    slots[j] = it != stripe.index.end() ? it->slot : CreateRow(stripe, keys[j]);
   }
 }
 
@@ -455,7 +454,7 @@ bool SparseTable::Lookup(uint64_t key, std::span<float> out) const {
   absl::MutexLock lock(&stripe.mu);
   const auto it = stripe.index.find(key);
   if (it == stripe.index.end()) return false;
-  std::memcpy(out.data(), Row(stripe, it->second), config_.dim * sizeof(float));
+  std::memcpy(out.data(), Row(stripe, it->slot), config_.dim * sizeof(float));
   return true;
 }
 
@@ -648,7 +647,7 @@ uint64_t SparseTable::ExtractRows(
         std::copy_n(Row(*stripe, last), row_stride_, Row(*stripe, *slot));
         const uint64_t moved = KeyOf(*stripe, last);
         KeyOf(*stripe, *slot) = moved;
-        stripe->index[moved] = *slot;
+        stripe->index.find(moved)->slot = *slot;
       }
     }
     // Chunks past the last row are returned.
@@ -671,7 +670,7 @@ void SparseTable::RestoreRow(uint64_t key, std::span<const float> weights,
   const auto it = stripe.index.find(key);
   uint32_t slot;
   if (it != stripe.index.end()) {
-    slot = it->second;
+    slot = it->slot;
   } else if (weights.size() >= dim && state.size() >= state_width_) {
     // Written whole below: no initial values to compute (a move installs
     // thousands of rows while their requests wait).

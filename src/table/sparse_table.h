@@ -9,15 +9,18 @@
 // `stripes` lock round trips, not 100k.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/synchronization/mutex.h"
 #include "hetps/config.h"
 #include "table/optimizer.h"
@@ -139,12 +142,46 @@ class SparseTable {
     std::vector<uint64_t> keys;  // by slot, once `keyed`
     bool keyed = false;
   };
+  // An entry of a stripe's index: a key and its row's slot in 12 bytes (a
+  // map's pair of the two would be padded to 16), found by the key alone.
+  struct IndexEntry {
+    std::array<uint32_t, 2> key_halves;
+    mutable uint32_t slot;  // not part of what is looked up
+    uint64_t key() const {
+      uint64_t key;
+      std::memcpy(&key, key_halves.data(), sizeof(key));
+      return key;
+    }
+    static IndexEntry Of(uint64_t key, uint32_t slot) {
+      IndexEntry entry;
+      std::memcpy(entry.key_halves.data(), &key, sizeof(key));
+      entry.slot = slot;
+      return entry;
+    }
+  };
+  struct IndexHash {
+    using is_transparent = void;
+    size_t operator()(uint64_t key) const {
+      return absl::Hash<uint64_t>()(key);
+    }
+    size_t operator()(const IndexEntry& e) const { return (*this)(e.key()); }
+  };
+  struct IndexEq {
+    using is_transparent = void;
+    static uint64_t KeyOf(uint64_t key) { return key; }
+    static uint64_t KeyOf(const IndexEntry& e) { return e.key(); }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return KeyOf(a) == KeyOf(b);
+    }
+  };
   // One lock stripe: the index from key to slot, the rows in chunks, and
   // the key of each slot in chunks of as many slots (what a walk over the
   // rows reads: a move's copy and drop, a snapshot, without the index).
   struct Stripe {
     mutable absl::Mutex mu;
-    absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
+    absl::flat_hash_set<IndexEntry, IndexHash, IndexEq> index
+        ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<uint64_t[]>> key_chunks ABSL_GUARDED_BY(mu);
     uint32_t rows ABSL_GUARDED_BY(mu) = 0;
