@@ -249,8 +249,9 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
   // baseline at the same phase of the run (the last third's balance is
   // better than the first moves', which are made on an unbalanced cluster).
   std::vector<double> steady, during, before;
-  // The pulls during moves that no server refused as "moved".
-  std::vector<double> during_unrefused;
+  // The pulls during moves that no server refused as "moved", and those
+  // that one did.
+  std::vector<double> during_unrefused, during_refused;
   std::lock_guard lock(moves_mu);
   // Per move: its pulls against those of the half second before it (the
   // same phase of the run, no move).
@@ -273,7 +274,7 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
       }
       if (overlaps) {
         during.push_back(p.ms);
-        if (!p.refused) during_unrefused.push_back(p.ms);
+        (p.refused ? during_refused : during_unrefused).push_back(p.ms);
       } else {
         if (in_window) before.push_back(p.ms);
         if (p.start_s - offset >= from) steady.push_back(p.ms);
@@ -326,10 +327,11 @@ nlohmann::json Run(const Case& c, uint64_t keys_per_step, uint64_t dim,
           {"pulls_during_moves", during.size()},
           {"pull_p50_during_moves_ms", hetps::Percentile(during, 0.5)},
           {"pull_p99_during_moves_ms", hetps::Percentile(during, 0.99)},
-          {"pulls_refused_during_moves",
-           during.size() - during_unrefused.size()},
+          {"pulls_refused_during_moves", during_refused.size()},
           {"pull_p99_during_moves_unrefused_ms",
            hetps::Percentile(during_unrefused, 0.99)},
+          {"refused_pull_p50_ms", hetps::Percentile(during_refused, 0.5)},
+          {"refused_pull_max_ms", hetps::Percentile(during_refused, 1.0)},
           {"pulls_before_moves", before.size()},
           {"pull_p99_before_moves_ms", hetps::Percentile(before, 0.99)},
           {"moves", moves.size()},
