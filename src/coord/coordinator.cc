@@ -660,8 +660,10 @@ grpc::Status Coordinator::Barrier(grpc::ServerContext* context,
   };
   while (!all_arrived()) {
     if (stopping_) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "coordinator shutting down");
+      // Not UNAVAILABLE: a worker asks again while the coordinator is
+      // unreachable (restarted), but this one is going for good.
+      return grpc::Status(grpc::StatusCode::ABORTED,
+                          "coordinator shutting down: the job is ending");
     }
     if (context != nullptr && context->IsCancelled()) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "barrier cancelled");

@@ -87,7 +87,8 @@ class Coordinator final : public rpc::Coordinator::Service {
 
   // Starts the liveness watcher and the control loop.
   void Start();
-  // Stops both and wakes every waiting Barrier (UNAVAILABLE).
+  // Stops both and wakes every waiting Barrier (ABORTED: the job is
+  // ending).
   void Stop();
 
   // The data progress a checkpoint keeps (ChunkQueue::Save).

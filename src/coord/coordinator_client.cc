@@ -253,10 +253,15 @@ absl::Status CoordinatorClient::Barrier(const std::string& name) {
   request.set_protocol_version(kProtocolVersion);
   request.set_name(name);
   request.set_rank(rank_);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
   rpc::BarrierResponse response;
-  return FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
+  // Asked again when the connection breaks (a coordinator killed while a
+  // worker waits here, then restarted): arriving twice counts once, and a
+  // restarted coordinator waits for the live workers that have not left.
+  return FromGrpcStatus(CallUntilAvailable(config_, clock_, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+    return stub_->Barrier(&ctx, request, &response);
+  }));
 }
 
 absl::Status CoordinatorClient::Leave(const std::string& reason) {
@@ -265,10 +270,13 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
   request.set_protocol_version(kProtocolVersion);
   request.set_rank(rank_);
   request.set_reason(reason);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
   rpc::LeaveResponse response;
-  return FromGrpcStatus(stub_->Leave(&ctx, request, &response));
+  // Asked again as Barrier; leaving twice changes nothing.
+  return FromGrpcStatus(CallUntilAvailable(config_, clock_, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(RpcDeadline(clock_, config_.client.rpc_timeout_s));
+    return stub_->Leave(&ctx, request, &response);
+  }));
 }
 
 absl::StatusOr<rpc::StatusResponse> QueryStatus(

@@ -54,8 +54,11 @@ class CoordinatorClient {
   // again while the coordinator is unavailable (client.connect_deadline_s).
   // One caller at a time.
   absl::StatusOr<rpc::ChunkResponse> NextChunk(uint64_t finished_samples);
+  // Waits until every live worker reached barrier `name`. Asked again while
+  // the coordinator is unavailable, as NextChunk; ABORTED when it shuts
+  // down for good.
   absl::Status Barrier(const std::string& name);
-  // Stops heartbeats and leaves the live set.
+  // Stops heartbeats and leaves the live set (asked again as Barrier).
   absl::Status Leave(const std::string& reason);
 
  private:

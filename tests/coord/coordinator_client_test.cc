@@ -184,5 +184,49 @@ TEST_F(CoordinatorClientTest, AChunkWhoseReplyWasLostIsAskedForAgain) {
   EXPECT_THAT(clock_.sleeps(), ElementsAre(absl::Milliseconds(500)));
 }
 
+// A barrier or a leave whose connection breaks (the coordinator killed
+// while a fast worker waits at "trained", then restarted) is asked again,
+// as NextChunk; before, the worker failed and with it the job.
+TEST_F(CoordinatorClientTest,
+       ABarrierOrALeaveMetByABrokenConnectionIsAskedAgain) {
+  const grpc::Status broken(grpc::StatusCode::UNAVAILABLE,
+                            "recvmsg:Connection reset by peer");
+  EXPECT_CALL(stub_, Barrier(_, _, _))
+      .WillOnce(Return(broken))
+      .WillOnce([](grpc::ClientContext*, const rpc::BarrierRequest& req,
+                   rpc::BarrierResponse*) {
+        EXPECT_EQ(req.name(), "trained");
+        EXPECT_EQ(req.rank(), 0u);
+        return grpc::Status::OK;
+      });
+  EXPECT_CALL(stub_, Leave(_, _, _))
+      .WillOnce(Return(broken))
+      .WillOnce(Return(broken))
+      .WillOnce([](grpc::ClientContext*, const rpc::LeaveRequest& req,
+                   rpc::LeaveResponse*) {
+        EXPECT_EQ(req.reason(), "finished its data");
+        return grpc::Status::OK;
+      });
+  auto client = Client();
+  EXPECT_TRUE(client->Leave("finished its data").ok());
+  EXPECT_TRUE(client->Barrier("trained").ok());
+  EXPECT_THAT(clock_.sleeps(),
+              ElementsAre(absl::Milliseconds(500), absl::Seconds(1),
+                          absl::Milliseconds(500)));
+}
+
+// A coordinator shutting down for good ends a waiting barrier at once,
+// naming it: asked again, the worker would wait out connect_deadline_s.
+TEST_F(CoordinatorClientTest, ACoordinatorShuttingDownEndsABarrierAtOnce) {
+  EXPECT_CALL(stub_, Barrier(_, _, _))
+      .WillOnce(Return(grpc::Status(grpc::StatusCode::ABORTED,
+                                    "coordinator shutting down: the job is "
+                                    "ending")));
+  const absl::Status s = Client()->Barrier("trained");
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("shutting down"));
+  EXPECT_TRUE(clock_.sleeps().empty());
+}
+
 }  // namespace
 }  // namespace hetps

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "hetps/version.h"
@@ -127,6 +128,28 @@ TEST_F(CoordinatorTest, AHeartbeatTellsADroppedWorkerItIsOut) {
   const rpc::HeartbeatResponse back = Heartbeat(1);
   EXPECT_TRUE(back.live());
   EXPECT_EQ(back.epoch(), 3u);
+}
+
+// A barrier that waits when the coordinator stops is answered ABORTED, not
+// UNAVAILABLE: workers ask again while a coordinator is unavailable (one
+// being restarted), and this one will not come back.
+TEST_F(CoordinatorTest, ABarrierWaitingWhenTheCoordinatorStopsIsAborted) {
+  Register(0);
+  Register(1);
+  grpc::Status waited;
+  std::thread worker([&] {
+    rpc::BarrierRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_name("trained");
+    req.set_rank(0);
+    rpc::BarrierResponse resp;
+    waited = coordinator_.Barrier(nullptr, &req, &resp);
+  });
+  clock_.AwaitWaiting(1);  // worker 1 has not arrived
+  coordinator_.Stop();
+  worker.join();
+  EXPECT_EQ(waited.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(waited.error_message(), HasSubstr("shutting down"));
 }
 
 // issue 15: without endpoint lists, servers register at the rendezvous
