@@ -166,13 +166,14 @@ class SparseTable {
     }
     size_t operator()(const IndexEntry& e) const { return (*this)(e.key()); }
   };
+  static_assert(sizeof(IndexEntry) == 12);
   struct IndexEq {
     using is_transparent = void;
-    static uint64_t KeyOf(uint64_t key) { return key; }
-    static uint64_t KeyOf(const IndexEntry& e) { return e.key(); }
+    static uint64_t Key(uint64_t key) { return key; }
+    static uint64_t Key(const IndexEntry& e) { return e.key(); }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
-      return KeyOf(a) == KeyOf(b);
+      return Key(a) == Key(b);
     }
   };
   // One lock stripe: the index from key to slot, the rows in chunks, and
