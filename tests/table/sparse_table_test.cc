@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -485,6 +486,56 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
                                   std::span<const float>, uint64_t) {}),
             kRows - expected + 1);
   EXPECT_EQ(table->size(), 0u);
+}
+
+// The keys kept beside the rows follow them: after rows leave (the last
+// rows of each chunk moving into the freed slots) and new ones arrive, a
+// walk with a selector sees exactly the rows it chooses, each with its own
+// key and values, across chunks and stripes, and the index finds every
+// row where the walk does.
+TEST(SparseTableTest, AWalkFindsEachRowByItsKeyAfterRowsLeaveAndArrive) {
+  const TableConfig config = MakeSparseConfig(16, "adagrad", "uniform");
+  auto table = MakeTable(config, 2);  // ~7700 rows a chunk
+  std::vector<float> grads;
+  const std::vector<uint64_t> keys = TrainOnce(*table, 40000, &grads);
+  table->ExtractRows(Where([](uint64_t key) { return key % 3 == 1; }),
+                     [](uint64_t, std::span<const float>,
+                        std::span<const float>, uint64_t) {});
+  std::vector<uint64_t> arrived(6000);
+  for (size_t i = 0; i < arrived.size(); ++i) arrived[i] = (i + 1) << 40;
+  std::vector<float> pulled(arrived.size() * 16);
+  table->Pull(arrived, pulled);
+
+  std::set<uint64_t> expected;
+  for (uint64_t k : keys) {
+    if (k % 3 != 1 && k % 2 == 0) expected.insert(k);
+  }
+  for (uint64_t k : arrived) expected.insert(k);  // all even
+  ASSERT_GT(expected.size(), 16000u);
+  std::map<uint64_t, std::vector<float>> seen;
+  table->ForEachRowWithState(
+      [&](uint64_t key, std::span<const float> w, std::span<const float>,
+          uint64_t) {
+        EXPECT_TRUE(
+            seen.emplace(key, std::vector<float>(w.begin(), w.end())).second)
+            << key;
+      },
+      Where([](uint64_t key) { return key % 2 == 0; }));
+  std::set<uint64_t> seen_keys;
+  for (const auto& [key, w] : seen) seen_keys.insert(key);
+  EXPECT_EQ(seen_keys, expected);
+  // Each row the walk read under a key is the one the index finds for it.
+  std::vector<float> found(16);
+  for (const auto& [key, w] : seen) {
+    ASSERT_TRUE(table->Lookup(key, found)) << key;
+    EXPECT_EQ(found, w) << key;
+  }
+  for (size_t i = 0; i < arrived.size(); i += 997) {
+    const auto row = seen.find(arrived[i]);
+    ASSERT_NE(row, seen.end()) << arrived[i];
+    EXPECT_EQ(row->second, std::vector<float>(pulled.begin() + i * 16,
+                                              pulled.begin() + (i + 1) * 16));
+  }
 }
 
 // A snapshot reads the rows of its instant, whatever is written after it:
