@@ -42,6 +42,7 @@ constexpr uint64_t kExpireEveryPulls = 64;
 struct ServerConn {
   std::string endpoint;
   std::unique_ptr<rpc::ParameterServer::StubInterface> stub;
+  std::unique_ptr<TensorCalls> tensors;  // Push and PullSparse
 };
 
 struct TableMeta {
@@ -98,6 +99,26 @@ std::vector<std::vector<uint32_t>> PartitionByServer(
     positions[owner[i]].push_back(static_cast<uint32_t>(i));
   }
   return positions;
+}
+
+// The rows of `keys` and `values` (rows of `dim`) at `positions`, as
+// table `table`'s raw gradient.
+PushCall::Gradient GradientOf(const std::string& table, uint32_t dim,
+                              std::span<const uint64_t> keys,
+                              std::span<const float> values,
+                              std::span<const uint32_t> positions) {
+  PushCall::Gradient g;
+  g.message.set_table(table);
+  g.message.set_dim(dim);
+  g.keys = TensorSlice<uint64_t>(positions.size());
+  g.values = TensorSlice<float>(positions.size() * dim);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const uint32_t pos = positions[i];
+    g.keys.data[i] = keys[pos];
+    std::memcpy(&g.values.data[i * dim], &values[size_t{pos} * dim],
+                dim * sizeof(float));
+  }
+  return g;
 }
 
 }  // namespace
@@ -203,7 +224,7 @@ struct PsClient::Impl {
   // `targets` becomes the servers with something to take.
   absl::Status ResplitPush(const ShardMap& map,
                            const ShardMap::RequestClock& at,
-                           std::vector<rpc::PushRequest>& requests,
+                           std::vector<PushCall>& requests,
                            std::vector<uint32_t>& targets) {
     struct Rows {
       uint32_t dim = 0;
@@ -211,76 +232,66 @@ struct PsClient::Impl {
       std::vector<float> values;
     };
     std::map<std::string, Rows> sparse;
-    for (rpc::PushRequest& request : requests) {
-      google::protobuf::RepeatedPtrField<rpc::TableGradient> kept;
-      for (rpc::TableGradient& g : *request.mutable_gradients()) {
-        auto meta = tables.find(g.table());
+    for (PushCall& request : requests) {
+      std::vector<PushCall::Gradient> kept;
+      for (PushCall::Gradient& g : request.gradients) {
+        auto meta = tables.find(g.message.table());
         if (meta == tables.end() || !meta->second.sparse) {
-          *kept.Add() = std::move(g);
+          kept.push_back(std::move(g));
           continue;
         }
-        Rows& rows = sparse[g.table()];
-        rows.dim = g.dim();
-        std::vector<uint64_t> keys;
-        std::vector<float> values;
-        if (g.codec() != 0) {
-          if (auto s =
-                  DecodeRows(g.values(), g.dim(), SIZE_MAX, &keys, &values);
+        Rows& rows = sparse[g.message.table()];
+        rows.dim = g.message.dim();
+        if (g.message.codec() != 0) {
+          std::vector<uint64_t> keys;
+          std::vector<float> values;
+          if (auto s = DecodeRows(g.message.values(), g.message.dim(), SIZE_MAX,
+                                  &keys, &values);
               !s.ok()) {
             return s;
           }
+          rows.keys.insert(rows.keys.end(), keys.begin(), keys.end());
+          rows.values.insert(rows.values.end(), values.begin(), values.end());
         } else {
-          std::vector<uint64_t> key_scratch;
-          std::vector<float> value_scratch;
-          auto k = ViewAs<uint64_t>(g.keys(), key_scratch);
-          auto v = ViewAs<float>(g.values(), value_scratch);
-          keys.assign(k.begin(), k.end());
-          values.assign(v.begin(), v.end());
+          rows.keys.insert(rows.keys.end(), g.keys.data.begin(),
+                           g.keys.data.end());
+          rows.values.insert(rows.values.end(), g.values.data.begin(),
+                             g.values.data.end());
         }
-        rows.keys.insert(rows.keys.end(), keys.begin(), keys.end());
-        rows.values.insert(rows.values.end(), values.begin(), values.end());
       }
-      *request.mutable_gradients() = std::move(kept);
-      request.set_map_version(map.version());
+      request.gradients = std::move(kept);
+      request.message.set_map_version(map.version());
     }
     for (const auto& [table, rows] : sparse) {
       auto positions = PartitionByServer(map, rows.keys, at);
       for (uint32_t s = 0; s < positions.size(); ++s) {
         if (positions[s].empty()) continue;
-        rpc::TableGradient* g = requests[s].add_gradients();
-        g->set_table(table);
-        g->set_dim(rows.dim);
-        auto k = ResizeAs<uint64_t>(g->mutable_keys(), positions[s].size());
-        auto v = ResizeAs<float>(g->mutable_values(),
-                                 positions[s].size() * rows.dim);
-        for (size_t i = 0; i < positions[s].size(); ++i) {
-          const uint32_t pos = positions[s][i];
-          k[i] = rows.keys[pos];
-          std::memcpy(&v[i * rows.dim], &rows.values[size_t{pos} * rows.dim],
-                      rows.dim * sizeof(float));
-        }
+        requests[s].gradients.push_back(
+            GradientOf(table, rows.dim, rows.keys, rows.values, positions[s]));
       }
     }
     targets.clear();
     for (uint32_t s = 0; s < requests.size(); ++s) {
-      if (requests[s].gradients_size() > 0 || options.push_to_all_servers) {
+      if (!requests[s].gradients.empty() || options.push_to_all_servers) {
         targets.push_back(s);
       }
     }
     return absl::OkStatus();
   }
 
-  // After the answers to requests split by the map of version `known`: the
-  // newest version they reported and, of those that carried their
-  // server's map (one split by an older map gets it), the newest. Keeps
-  // that map, or fetches one when none carried the newest version.
+  // After the answers to requests split by the map of version `known`
+  // (`answers[s]`: server s's, for s in `from`): the newest version they
+  // reported and, of those that carried their server's map (one split by
+  // an older map gets it), the newest. Keeps that map, or fetches one when
+  // none carried the newest version.
   template <typename Response>
-  absl::Status FollowMaps(uint64_t known, std::span<const Response> answers,
+  absl::Status FollowMaps(uint64_t known,
+                          std::span<const Response* const> answers,
                           std::span<const uint32_t> from) {
     uint64_t reported = 0;
     const rpc::ShardMapProto* sent = nullptr;
     for (uint32_t s : from) {
-      const Response& answer = answers[s];
+      const Response& answer = *answers[s];
       reported = std::max(reported, answer.map_version());
       if (answer.has_shard_map() &&
           (sent == nullptr || answer.shard_map().version() > sent->version())) {
@@ -449,11 +460,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     const PsClientOptions& options) {
   return PsClientFactory::Connect(
       options, Clock::Real(),
-      GrpcParameterServerStubs(options.max_message_bytes, options.credentials));
+      GrpcPsClientStubs(options.max_message_bytes, options.credentials));
 }
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClientFactory::Connect(
-    const PsClientOptions& options, Clock& clock, ParameterServerStubs stubs) {
+    const PsClientOptions& options, Clock& clock, PsClientStubs stubs) {
   if (options.endpoints.empty()) {
     return absl::InvalidArgumentError("PsClient: no server endpoints");
   }
@@ -462,7 +473,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClientFactory::Connect(
   impl->incarnation = options.incarnation;
   impl->time = &clock;
   for (const std::string& endpoint : options.endpoints) {
-    impl->servers.push_back({.endpoint = endpoint, .stub = stubs(endpoint)});
+    PsClientStub stub = stubs(endpoint);
+    impl->servers.push_back({.endpoint = endpoint,
+                             .stub = std::move(stub.stub),
+                             .tensors = std::move(stub.tensors)});
   }
   if (auto s = impl->Handshake(); !s.ok()) return s;
   if (options.rpc.hot_rows.enabled && options.worker_id != kReaderId) {
@@ -591,7 +605,7 @@ absl::Status PsClient::PullSparse(const std::string& table,
   const uint32_t n = map->num_servers();
   Route route = Route::kReader;
   auto positions = PartitionByServer(*map, unique, at, route);
-  std::vector<rpc::PullSparseResponse> responses(n);
+  std::vector<PulledRows> answers(n);
   // Servers holding a slice of the dense table asked for along (in
   // `targets` from the start, with or without keys).
   std::vector<bool> dense_slice(n, false);
@@ -621,9 +635,9 @@ absl::Status PsClient::PullSparse(const std::string& table,
     if (with_dense) dense_left = dense_slice;
     std::vector<uint32_t> asking = targets;
     for (int attempt = 0;; ++attempt) {
-      std::vector<rpc::PullSparseRequest> requests(n);
+      std::vector<PullSparseCall> requests(n);
       for (uint32_t s : asking) {
-        rpc::PullSparseRequest& req = requests[s];
+        rpc::PullSparseRequest& req = requests[s].message;
         req.set_protocol_version(kProtocolVersion);
         req.set_table(table);
         req.set_dim(static_cast<uint32_t>(dim));
@@ -636,9 +650,14 @@ absl::Status PsClient::PullSparse(const std::string& table,
           req.set_dense_table(dense->table);
           req.set_dense_size(dense_size);
         }
-        auto dst = ResizeAs<uint64_t>(req.mutable_keys(), positions[s].size());
+        requests[s].keys = TensorSlice<uint64_t>(positions[s].size());
+        const std::span<uint64_t> dst = requests[s].keys.data;
         for (size_t i = 0; i < dst.size(); ++i)
           dst[i] = unique[positions[s][i]];
+        // The rows go straight to their places in `rows`.
+        answers[s].rows = rows;
+        answers[s].positions = positions[s];
+        answers[s].dim = dim;
       }
       std::vector<uint32_t> moved;
       absl::Status status = impl_->CallAll(
@@ -649,12 +668,13 @@ absl::Status PsClient::PullSparse(const std::string& table,
             // reached: sent with the old clock, a restarted sync server
             // would wait for that push, which it lost, forever.
             const uint64_t now = impl_->clock.load();
-            if (for_push && now > requests[s].clock() && now <= *for_push) {
-              requests[s].set_clock(now);
-              requests[s].set_ahead(static_cast<uint32_t>(*for_push - now));
+            rpc::PullSparseRequest& req = requests[s].message;
+            if (for_push && now > req.clock() && now <= *for_push) {
+              req.set_clock(now);
+              req.set_ahead(static_cast<uint32_t>(*for_push - now));
             }
-            impl_->servers[s].stub->async()->PullSparse(
-                ctx, &requests[s], &responses[s], std::move(done));
+            impl_->servers[s].tensors->PullSparse(ctx, &requests[s],
+                                                  &answers[s], std::move(done));
           },
           attempt < kMovedRetries ? &moved : nullptr);
       if (!status.ok()) return status;
@@ -663,33 +683,22 @@ absl::Status PsClient::PullSparse(const std::string& table,
       for (uint32_t s : asking) {
         if (std::find(moved.begin(), moved.end(), s) != moved.end()) continue;
         read.push_back(s);
-        const std::string& bytes = responses[s].values();
-        if (bytes.size() != positions[s].size() * dim * sizeof(float)) {
-          return absl::InternalError(
-              absl::StrCat("server ", s, " (", impl_->servers[s].endpoint,
-                           ") returned ", bytes.size(), " bytes for ",
-                           positions[s].size(), " rows of dim ", dim));
-        }
-        const char* src = bytes.data();
-        const size_t row_bytes = dim * sizeof(float);
-        for (uint32_t pos : positions[s]) {
-          std::memcpy(&rows[pos * dim], src, row_bytes);
-          src += row_bytes;
-        }
+        // Its rows are in place (PulledRows checked their number).
+        const rpc::PullSparseResponse& response = answers[s].message;
         impl_->pulled_rows += positions[s].size();
         impl_->pulled_bytes +=
-            positions[s].size() * sizeof(uint64_t) + bytes.size();
+            positions[s].size() * (sizeof(uint64_t) + dim * sizeof(float));
         if (dense_left[s]) {
-          if (auto d = CopyDenseSlice(s, n, responses[s].dense(), dense->out);
+          if (auto d = CopyDenseSlice(s, n, response.dense(), dense->out);
               !d.ok()) {
             return d;
           }
           dense_left[s] = false;
         }
-        const uint64_t applies = responses[s].applied_rounds();
+        const uint64_t applies = response.applied_rounds();
         read_applies[s] =
             answered_any[s] ? std::min(read_applies[s], applies) : applies;
-        read_lag_bound[s] = responses[s].max_read_lag();
+        read_lag_bound[s] = response.max_read_lag();
         answered_any[s] = true;
         answered[s].insert(answered[s].end(), positions[s].begin(),
                            positions[s].end());
@@ -697,6 +706,8 @@ absl::Status PsClient::PullSparse(const std::string& table,
       if (moved.empty()) {
         // A newer map for the next requests; a failure here is met again
         // (and reported) by the request that needs it.
+        std::vector<const rpc::PullSparseResponse*> responses(n, nullptr);
+        for (uint32_t s : read) responses[s] = &answers[s].message;
         (void)impl_->FollowMaps<rpc::PullSparseResponse>(map->version(),
                                                          responses, read);
         break;
@@ -887,16 +898,17 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
   uint64_t sent_bytes = 0, sent_value_bytes = 0;
   std::shared_ptr<const ShardMap> map = impl_->Map();
   const uint32_t n = map->num_servers();
-  std::vector<rpc::PushRequest> requests(n);
+  std::vector<PushCall> requests(n);
   std::vector<bool> has_content(n, false);
   const ShardMap::RequestClock at = impl_->At();
   for (uint32_t s = 0; s < n; ++s) {
-    requests[s].set_protocol_version(kProtocolVersion);
-    requests[s].set_worker_id(at.worker);
-    requests[s].set_incarnation(at.incarnation);
-    requests[s].set_clock(at.clock);
-    requests[s].set_batch_size(batch_size);
-    requests[s].set_map_version(map->version());
+    rpc::PushRequest& request = requests[s].message;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_worker_id(at.worker);
+    request.set_incarnation(at.incarnation);
+    request.set_clock(at.clock);
+    request.set_batch_size(batch_size);
+    request.set_map_version(map->version());
   }
   // Refused whole before anything is encoded or sent: no server applies a
   // part of a bad push, and no error-feedback residual moves.
@@ -919,30 +931,35 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
       for (uint32_t s = 0; s < n; ++s) {
         const auto [offset, length] = ShardMap::DenseSlice(meta.dim, s, n);
         if (length == 0) continue;
-        rpc::TableGradient* g = requests[s].add_gradients();
-        g->set_table(grad.table);
-        g->set_dim(static_cast<uint32_t>(meta.dim));
+        PushCall::Gradient& g = requests[s].gradients.emplace_back();
+        g.message.set_table(grad.table);
+        g.message.set_dim(static_cast<uint32_t>(meta.dim));
         const auto slice = grad.values.subspan(offset, length);
         raw_bytes += slice.size() * sizeof(float);
         raw_value_bytes += slice.size() * sizeof(float);
         if (spec == nullptr) {
-          AssignBytes<float>(g->mutable_values(), slice);
-        } else if (feedback != nullptr) {
+          g.values = TensorSlice<float>(slice.size());
+          std::copy(slice.begin(), slice.end(), g.values.data.begin());
+          sent_bytes += g.values.data.size_bytes();
+          sent_value_bytes += g.values.data.size_bytes();
+          has_content[s] = true;
+          continue;
+        }
+        if (feedback != nullptr) {
           // Each server holds its own slice: one residual per slice.
           if (auto st =
                   feedback->EncodeDense(absl::StrCat(grad.table, "@", s), *spec,
-                                        slice, g->mutable_values());
+                                        slice, g.message.mutable_values());
               !st.ok()) {
             return st;
           }
         } else {
-          EncodeDense(*spec, slice, g->mutable_values());
+          EncodeDense(*spec, slice, g.message.mutable_values());
         }
-        if (spec != nullptr) g->set_codec(static_cast<uint32_t>(spec->kind));
-        sent_bytes += g->values().size();
-        sent_value_bytes +=
-            g->values().size() -
-            (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
+        g.message.set_codec(static_cast<uint32_t>(spec->kind));
+        const std::string& payload = g.message.values();
+        sent_bytes += payload.size();
+        sent_value_bytes += payload.size() - PayloadAddressBytes(payload);
         has_content[s] = true;
       }
       continue;
@@ -971,41 +988,36 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
       }
     }
     auto positions = PartitionByServer(*map, keys, at);
+    const uint32_t d = static_cast<uint32_t>(dim);
     for (uint32_t s = 0; s < n; ++s) {
       if (positions[s].empty()) continue;
-      rpc::TableGradient* g = requests[s].add_gradients();
-      g->set_table(grad.table);
-      g->set_dim(static_cast<uint32_t>(dim));
-      auto k = ResizeAs<uint64_t>(g->mutable_keys(), positions[s].size());
-      auto v = ResizeAs<float>(g->mutable_values(), positions[s].size() * dim);
-      for (size_t i = 0; i < positions[s].size(); ++i) {
-        const uint32_t pos = positions[s][i];
-        k[i] = keys[pos];
-        std::memcpy(&v[i * dim], &values[pos * dim], dim * sizeof(float));
-      }
+      PushCall::Gradient& g = requests[s].gradients.emplace_back(
+          GradientOf(grad.table, d, keys, values, positions[s]));
+      const std::span<const uint64_t> k = g.keys.data;
+      const std::span<const float> v = g.values.data;
       raw_bytes += k.size_bytes() + v.size_bytes();
       raw_value_bytes += v.size_bytes();
-      if (spec != nullptr) {
-        std::string payload;
-        const uint32_t d = static_cast<uint32_t>(dim);
-        if (feedback != nullptr) {
-          if (auto st =
-                  feedback->EncodeRows(grad.table, *spec, d, k, v, &payload);
-              !st.ok()) {
-            return st;
-          }
-        } else {
-          EncodeRows(*spec, d, k, v, &payload);
-        }
-        g->clear_keys();
-        *g->mutable_values() = std::move(payload);
-        g->set_codec(static_cast<uint32_t>(spec->kind));
-      }
-      sent_bytes += g->keys().size() + g->values().size();
-      sent_value_bytes +=
-          g->values().size() -
-          (spec != nullptr ? PayloadAddressBytes(g->values()) : 0);
       has_content[s] = true;
+      if (spec == nullptr) {
+        sent_bytes += k.size_bytes() + v.size_bytes();
+        sent_value_bytes += v.size_bytes();
+        continue;
+      }
+      std::string* payload = g.message.mutable_values();
+      if (feedback != nullptr) {
+        if (auto st = feedback->EncodeRows(grad.table, *spec, d, k, v, payload);
+            !st.ok()) {
+          return st;
+        }
+      } else {
+        EncodeRows(*spec, d, k, v, payload);
+      }
+      // The payload carries the keys and values.
+      g.keys = TensorSlice<uint64_t>();
+      g.values = TensorSlice<float>();
+      g.message.set_codec(static_cast<uint32_t>(spec->kind));
+      sent_bytes += payload->size();
+      sent_value_bytes += payload->size() - PayloadAddressBytes(*payload);
     }
   }
   std::vector<uint32_t> targets;
@@ -1020,7 +1032,7 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     absl::MutexLock lock(&impl_->cache_mu);
     for (uint32_t s : targets) {
       if (impl_->oldest_read[s]) {
-        requests[s].set_oldest_read(*impl_->oldest_read[s]);
+        requests[s].message.set_oldest_read(*impl_->oldest_read[s]);
       }
     }
   }
@@ -1028,8 +1040,8 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
   for (int attempt = 0;; ++attempt) {
     absl::Status status = impl_->CallAll(
         targets, [&](uint32_t s, grpc::ClientContext* ctx, auto done) {
-          impl_->servers[s].stub->async()->Push(ctx, &requests[s],
-                                                &responses[s], std::move(done));
+          impl_->servers[s].tensors->Push(ctx, &requests[s], &responses[s],
+                                          std::move(done));
         });
     if (IsMovedError(status) && attempt < kMovedRetries) {
       // Refused whole by every server (nothing applied): the same rows,
@@ -1043,8 +1055,9 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     if (!status.ok()) return status;
     break;
   }
-  (void)impl_->FollowMaps<rpc::PushResponse>(map->version(), responses,
-                                             targets);
+  std::vector<const rpc::PushResponse*> answers(n);
+  for (uint32_t s = 0; s < n; ++s) answers[s] = &responses[s];
+  (void)impl_->FollowMaps<rpc::PushResponse>(map->version(), answers, targets);
   if (impl_->cache != nullptr) {
     absl::MutexLock lock(&impl_->cache_mu);
     for (uint32_t s = 0; s < n; ++s) {

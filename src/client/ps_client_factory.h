@@ -18,7 +18,7 @@ namespace hetps {
 class PsClientFactory {
  public:
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
-      const PsClientOptions& options, Clock& clock, ParameterServerStubs stubs);
+      const PsClientOptions& options, Clock& clock, PsClientStubs stubs);
 };
 
 }  // namespace hetps

@@ -217,6 +217,15 @@ ParameterServerStubs GrpcParameterServerStubs(uint64_t max_message_bytes,
   };
 }
 
+PsClientStubs GrpcPsClientStubs(uint64_t max_message_bytes,
+                                const Credentials& credentials) {
+  return [max_message_bytes, credentials](const std::string& endpoint) {
+    auto channel = MakeChannel(endpoint, max_message_bytes, credentials);
+    return PsClientStub{.stub = rpc::ParameterServer::NewStub(channel),
+                        .tensors = GrpcTensorCalls(channel)};
+  };
+}
+
 CoordinatorStubs GrpcCoordinatorStubs(uint64_t max_message_bytes,
                                       const Credentials& credentials) {
   return [max_message_bytes, credentials](const std::string& endpoint)

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "common/tensor_calls.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 
@@ -51,6 +52,17 @@ using CoordinatorStubs =
         const std::string& endpoint)>;
 ParameterServerStubs GrpcParameterServerStubs(uint64_t max_message_bytes,
                                               const Credentials& credentials);
+
+// PsClient's ways to one server, over one channel: the generated stub for
+// every call but the two that carry tensors, which go through `tensors`
+// (common/tensor_calls.h).
+struct PsClientStub {
+  std::unique_ptr<rpc::ParameterServer::StubInterface> stub;
+  std::unique_ptr<TensorCalls> tensors;
+};
+using PsClientStubs = std::function<PsClientStub(const std::string& endpoint)>;
+PsClientStubs GrpcPsClientStubs(uint64_t max_message_bytes,
+                                const Credentials& credentials);
 CoordinatorStubs GrpcCoordinatorStubs(uint64_t max_message_bytes,
                                       const Credentials& credentials);
 

@@ -258,7 +258,7 @@ std::function<void(absl::Status)> PsServer::TimedPull(Done done) {
 
 void PsServer::PullSparse(grpc::ServerContextBase* context,
                           const rpc::PullSparseRequest* request_ptr,
-                          rpc::PullSparseResponse* response, Done done) {
+                          PullSparseReply* reply, Done done) {
   auto finish = TimedPull(std::move(done));
   const rpc::PullSparseRequest& request = *request_ptr;
   if (auto s = CheckProtocolVersion(request.protocol_version(), "pull");
@@ -325,12 +325,13 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return finish(clock.status());
-  Read read = [this, &request, response, table, dense, keys, scratch,
+  Read read = [this, &request, reply, table, dense, keys, scratch,
                leaving = std::move(check.leaving), clock = *clock] {
     return ReadWhileHere(leaving, [&] {
+      rpc::PullSparseResponse* response = &reply->message;
       TellMap(request.map_version(), response);
-      auto out = ResizeAs<float>(response->mutable_values(),
-                                 keys.size() * table->dim());
+      reply->rows = TensorSlice<float>(keys.size() * table->dim());
+      const std::span<float> out = reply->rows.data;
       if (config_.client.hot_rows.enabled) {
         // The rows' version, taken before they are read: an apply during the
         // read can only make them newer than it says.

@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
+#include "common/slices.h"
 #include "common/task_pool.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
@@ -49,6 +50,14 @@
 #include "table/sparse_table.h"
 
 namespace hetps {
+
+// A PullSparse answer: the response without its rows, and the rows in a
+// slice of their own, which PsService sends as the response's `values`
+// without copying them (common/slices.h).
+struct PullSparseReply {
+  rpc::PullSparseResponse message;
+  TensorSlice<float> rows;
+};
 
 class PsServer final {
  public:
@@ -70,7 +79,7 @@ class PsServer final {
   // and response must stay valid until `done`.
   void PullSparse(grpc::ServerContextBase* context,
                   const rpc::PullSparseRequest* request,
-                  rpc::PullSparseResponse* response, Done done);
+                  PullSparseReply* response, Done done);
   void PullDense(grpc::ServerContextBase* context,
                  const rpc::PullDenseRequest* request,
                  rpc::PullDenseResponse* response, Done done);

@@ -1,6 +1,9 @@
 #include "server/ps_service.h"
 
+#include <memory>
 #include <utility>
+
+#include "common/slices.h"
 
 namespace hetps {
 
@@ -22,15 +25,15 @@ grpc::ServerUnaryReactor* PsService::Run(grpc::CallbackServerContext* context,
 }
 
 template <typename Request, typename Response>
-grpc::ServerUnaryReactor* PsService::Pull(
-    grpc::CallbackServerContext* context, const Request* request,
-    Response* response,
-    void (PsServer::*pull)(grpc::ServerContextBase*, const Request*, Response*,
-                           PsServer::Done)) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto start = [this, context, request, response, reactor, pull] {
-    (server_->*pull)(context, request, response,
-                     [reactor](grpc::Status s) { reactor->Finish(s); });
+void PsService::Pull(grpc::CallbackServerContext* context,
+                     const Request* request, Response* response,
+                     void (PsServer::*pull)(grpc::ServerContextBase*,
+                                            const Request*, Response*,
+                                            PsServer::Done),
+                     PsServer::Done done) {
+  auto start = [this, context, request, response, pull,
+                done = std::move(done)]() mutable {
+    (server_->*pull)(context, request, response, std::move(done));
   };
   if (server_->RunsInline()) {
     PsServer::NoBlockingScope no_blocking;
@@ -38,19 +41,45 @@ grpc::ServerUnaryReactor* PsService::Pull(
   } else {
     blocking_.Run(std::move(start));
   }
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::PullSparse(
-    grpc::CallbackServerContext* context, const rpc::PullSparseRequest* request,
-    rpc::PullSparseResponse* response) {
-  return Pull(context, request, response, &PsServer::PullSparse);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  struct Call {
+    rpc::PullSparseRequest request;
+    PullSparseReply reply;
+  };
+  auto call = std::make_shared<Call>();
+  grpc::ByteBuffer bytes = *request;  // shares the slices: parsing takes them
+  if (!grpc::SerializationTraits<rpc::PullSparseRequest>::Deserialize(
+           &bytes, &call->request)
+           .ok()) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     "pull: the request is not a PullSparseRequest"));
+    return reactor;
+  }
+  Pull(context, &call->request, &call->reply, &PsServer::PullSparse,
+       [reactor, response, call](grpc::Status s) {
+         if (s.ok()) {
+           *response = SerializeWithBytesField(
+               call->reply.message, rpc::PullSparseResponse::kValuesFieldNumber,
+               std::move(call->reply.rows.slice));
+         }
+         reactor->Finish(s);
+       });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::PullDense(
     grpc::CallbackServerContext* context, const rpc::PullDenseRequest* request,
     rpc::PullDenseResponse* response) {
-  return Pull(context, request, response, &PsServer::PullDense);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Pull(context, request, response, &PsServer::PullDense,
+       [reactor](grpc::Status s) { reactor->Finish(s); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,

@@ -20,15 +20,18 @@
 
 namespace hetps {
 
-class PsService final : public rpc::ParameterServer::CallbackService {
+class PsService final
+    : public rpc::ParameterServer::WithRawCallbackMethod_PullSparse<
+          rpc::ParameterServer::CallbackService> {
  public:
   // `server` must outlive this.
   explicit PsService(PsServer* server);
 
-  grpc::ServerUnaryReactor* PullSparse(
-      grpc::CallbackServerContext* context,
-      const rpc::PullSparseRequest* request,
-      rpc::PullSparseResponse* response) override;
+  // Raw: the request is parsed here, and the reply's rows go out in the
+  // slice the server wrote them into (PullSparseReply).
+  grpc::ServerUnaryReactor* PullSparse(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PullDense(
       grpc::CallbackServerContext* context,
       const rpc::PullDenseRequest* request,
@@ -72,13 +75,13 @@ class PsService final : public rpc::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context,
                                 bool inline_ok, Handle handle);
   // A pull: started here when the server runs requests inline, else on
-  // blocking_; finished by the server's callback.
+  // blocking_; `done` receives the server's answer.
   template <typename Request, typename Response>
-  grpc::ServerUnaryReactor* Pull(
-      grpc::CallbackServerContext* context, const Request* request,
-      Response* response,
-      void (PsServer::*pull)(grpc::ServerContextBase*, const Request*,
-                             Response*, PsServer::Done));
+  void Pull(grpc::CallbackServerContext* context, const Request* request,
+            Response* response,
+            void (PsServer::*pull)(grpc::ServerContextBase*, const Request*,
+                                   Response*, PsServer::Done),
+            PsServer::Done done);
 
   PsServer* const server_;
   // Unbounded: requests held by a move wait for other requests (TakeOver,

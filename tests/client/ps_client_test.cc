@@ -56,7 +56,8 @@ class PsClientTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::unique_ptr<PsClient>> Connect() {
-    return PsClientFactory::Connect(options_, clock_, FaultyStubs(plan_));
+    return PsClientFactory::Connect(options_, clock_,
+                                    FaultyPsClientStubs(plan_));
   }
 
   absl::Duration Slept() const {
@@ -196,7 +197,7 @@ class PsClientPullAheadTest : public ::testing::Test {
 
   absl::StatusOr<std::unique_ptr<PsClient>> Connect() {
     return PsClientFactory::Connect(options_, Clock::Real(),
-                                    FaultyStubs(plan_));
+                                    FaultyPsClientStubs(plan_));
   }
 
   // Pulls `kKey`'s row into `row_` for the push after the next, on a
@@ -306,8 +307,8 @@ TEST(PsClientMovesTest, APullRefusedAsMovedAsksAgainOnlyForItsRows) {
   while (v1.ServerOf(staying) != 0) ++staying;
   options.worker_id = 0;
   FaultPlan plan;
-  auto client =
-      PsClientFactory::Connect(options, Clock::Real(), FaultyStubs(plan));
+  auto client = PsClientFactory::Connect(options, Clock::Real(),
+                                         FaultyPsClientStubs(plan));
   ASSERT_TRUE(client.ok()) << client.status();
   PsClient& c = **client;
   // Push 0 (sgd, lr 1): the rows become minus the gradients.

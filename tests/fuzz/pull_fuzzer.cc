@@ -9,9 +9,11 @@
 // again.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "fuzz_check.h"
@@ -47,29 +49,29 @@ void PullSparse(uint8_t flags, const uint8_t* data, size_t size) {
   }
   std::unique_ptr<PsServer> server = MakeServer();
   grpc::ServerContext context;
-  rpc::PullSparseResponse response;
+  PullSparseReply response;
   const grpc::Status status = AwaitPullAnswer(*server, &PsServer::PullSparse,
                                               &context, &request, &response);
   FUZZ_CHECK(IsDocumentedCode(status.error_code()));
   const uint64_t rows = server->sparse_table("emb")->size();
   if (!status.ok()) {
     FUZZ_CHECK(rows == 0);
-    FUZZ_CHECK(response.values().empty());
+    FUZZ_CHECK(response.rows.data.empty());
     return;
   }
   const uint64_t keys = request.keys().size() / 8;
   FUZZ_CHECK(request.keys().size() % 8 == 0);
   FUZZ_CHECK(keys <= kMaxKeys);
   FUZZ_CHECK(rows <= keys);
-  const std::vector<float> values = Floats(response.values());
+  const std::span<const float> values = response.rows.data;
   FUZZ_CHECK(values.size() == keys * kSparseDim);
   for (float v : values) FUZZ_CHECK(std::isfinite(v));
-  rpc::PullSparseResponse again;
+  PullSparseReply again;
   grpc::ServerContext context2;
   FUZZ_CHECK(AwaitPullAnswer(*server, &PsServer::PullSparse, &context2,
                              &request, &again)
                  .ok());
-  FUZZ_CHECK(again.values() == response.values());
+  FUZZ_CHECK(std::ranges::equal(again.rows.data, values));
   FUZZ_CHECK(server->sparse_table("emb")->size() == rows);
 }
 

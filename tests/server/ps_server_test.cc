@@ -3,6 +3,7 @@
 // keeps serving.
 #include "server/ps_server.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -56,10 +57,10 @@ class PsServerTest : public ::testing::Test {
     auto node = ServerNode::Start(TwoTableJob(), 0, "127.0.0.1:0");
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
-    auto channel = MakeChannel("127.0.0.1:" + std::to_string(node_->port()),
-                               64 << 20, Credentials());
-    ps_ = rpc::ParameterServer::NewStub(channel);
-    coord_ = rpc::Coordinator::NewStub(channel);
+    channel_ = MakeChannel("127.0.0.1:" + std::to_string(node_->port()),
+                           64 << 20, Credentials());
+    ps_ = rpc::ParameterServer::NewStub(channel_);
+    coord_ = rpc::Coordinator::NewStub(channel_);
   }
 
   rpc::PushRequest GoodPush(std::vector<uint64_t> keys, float value) {
@@ -109,6 +110,7 @@ class PsServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<ServerNode> node_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<rpc::ParameterServer::Stub> ps_;
   std::unique_ptr<rpc::Coordinator::Stub> coord_;
   uint64_t clock_ = 0;
@@ -184,6 +186,35 @@ TEST(PsServerScaleTest, WaitingPullsHoldNoThreadOverTheWire) {
     std::memcpy(row.data(), pull->resp.values().data(), 16);
     // The round's mean gradient (1.0) times the learning rate (0.5).
     EXPECT_EQ(row, (std::vector<float>{-0.5f, -0.5f, -0.5f, -0.5f}));
+  }
+}
+
+// Bytes that parse as no request, sent to the methods that carry tensors
+// (PullSparse is parsed by the service itself): refused, nothing changes.
+TEST_F(PsServerTest, BytesThatAreNoRequestAreRefused) {
+  ApplyOneGoodPush();
+  grpc::GenericStub generic(channel_);
+  const std::string garbage = "\x22\xff\xff\xff\x7f not a message";
+  for (const char* method : {"/hetps.rpc.ParameterServer/PullSparse",
+                             "/hetps.rpc.ParameterServer/Push"}) {
+    grpc::Slice slice(garbage);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext ctx;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    EXPECT_FALSE(status.ok()) << method;
+    if (std::string(method).ends_with("PullSparse")) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(status.error_message(), HasSubstr("not a PullSparseRequest"));
+    }
+    ExpectUnchangedAndServing();
   }
 }
 
@@ -668,12 +699,13 @@ TEST(PsServerShardingTest, AHandoverRoutesByClockAndRefusesStaleSplitsWhole) {
   // by version 1 carries the map.
   for (uint64_t split : {1, 2}) {
     rpc::PullSparseRequest pull = PullOf({staying}, 6, split);
-    rpc::PullSparseResponse served;
+    PullSparseReply reply;
     grpc::ServerContext ctx;
     EXPECT_TRUE(
-        AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &served)
+        AwaitPullAnswer(**server, &PsServer::PullSparse, &ctx, &pull, &reply)
             .ok())
         << "split " << split;
+    const rpc::PullSparseResponse& served = reply.message;
     EXPECT_EQ(served.map_version(), 2u);
     EXPECT_EQ(served.has_shard_map(), split == 1);
     if (split == 1) {
@@ -761,7 +793,7 @@ uint64_t StayingKey(const MovingKey& m) {
 // What `pull` reads from `server` (one row), or its refusal.
 absl::StatusOr<std::vector<float>> ReadRow(PsServer& server,
                                            const rpc::PullSparseRequest& pull) {
-  rpc::PullSparseResponse got;
+  PullSparseReply got;
   grpc::ServerContext ctx;
   const grpc::Status status =
       AwaitPullAnswer(server, &PsServer::PullSparse, &ctx, &pull, &got);
@@ -769,9 +801,7 @@ absl::StatusOr<std::vector<float>> ReadRow(PsServer& server,
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         status.error_message());
   }
-  std::vector<float> row(got.values().size() / sizeof(float));
-  std::memcpy(row.data(), got.values().data(), got.values().size());
-  return row;
+  return std::vector<float>(got.rows.data.begin(), got.rows.data.end());
 }
 
 // The rows of a handed-over bucket are copied from the old owner with their
@@ -810,7 +840,7 @@ TEST(PsServerShardingTest, HandOverAndTakeOverMoveRowsAndApplyHeldPushes) {
   auto read_here = [&] {
     PsServer::NoBlockingScope no_blocking;
     rpc::PullSparseRequest pull = PullOf({moving}, 4, 2);
-    rpc::PullSparseResponse got;
+    PullSparseReply got;
     grpc::ServerContext ctx;
     return AwaitPullAnswer(*new_owner, &PsServer::PullSparse, &ctx, &pull,
                            &got);

@@ -225,7 +225,45 @@ class FaultyStub final
   Async async_;
 };
 
+// Push and PullSparse as PsClient sends them, faulted the same way.
+class FaultyTensorCalls final : public TensorCalls {
+ public:
+  FaultyTensorCalls(std::unique_ptr<TensorCalls> real, FaultPlan& plan)
+      : real_(std::move(real)), plan_(plan) {}
+
+  void Push(grpc::ClientContext* ctx, const PushCall* call,
+            rpc::PushResponse* response, Done done) override {
+    Faulted(
+        plan_, "Push",
+        [&](Done d) { real_->Push(ctx, call, response, std::move(d)); },
+        std::move(done));
+  }
+
+  void PullSparse(grpc::ClientContext* ctx, const PullSparseCall* call,
+                  PulledRows* answer, Done done) override {
+    plan_.Saw(ToMessage(*call));
+    Faulted(
+        plan_, "PullSparse",
+        [&](Done d) { real_->PullSparse(ctx, call, answer, std::move(d)); },
+        std::move(done));
+  }
+
+ private:
+  std::unique_ptr<TensorCalls> real_;
+  FaultPlan& plan_;
+};
+
 }  // namespace
+
+PsClientStubs FaultyPsClientStubs(FaultPlan& plan) {
+  return [&plan](const std::string& endpoint) {
+    auto channel = MakeChannel(endpoint, 64 << 20, Credentials());
+    return PsClientStub{.stub = std::make_unique<FaultyStub>(
+                            rpc::ParameterServer::NewStub(channel), plan),
+                        .tensors = std::make_unique<FaultyTensorCalls>(
+                            GrpcTensorCalls(channel), plan)};
+  };
+}
 
 ParameterServerStubs FaultyStubs(FaultPlan& plan) {
   return [&plan](const std::string& endpoint)

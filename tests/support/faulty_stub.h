@@ -15,8 +15,9 @@
 //    it reaches the server (to see the servers' state at that moment).
 // It also keeps every PullSparse request it passed or faulted, in order.
 // It is a gmock stub (hetps_mock.grpc.pb.h) with the callback API added,
-// which is what PsClient uses; the synchronous calls the coordinator and
-// the BucketMover make go the same way.
+// which is what PsClient uses besides its TensorCalls (faulted alike by
+// FaultyPsClientStubs); the synchronous calls the coordinator and the
+// BucketMover make go the same way.
 #pragma once
 
 #include <functional>
@@ -67,5 +68,8 @@ class FaultPlan {
 // Stubs to real servers over gRPC (no credentials), faulted as `plan` says
 // (one plan for every endpoint; `plan` must outlive the stubs).
 ParameterServerStubs FaultyStubs(FaultPlan& plan);
+// The same for a PsClient: its Push and PullSparse (TensorCalls) are
+// faulted as the stub's calls.
+PsClientStubs FaultyPsClientStubs(FaultPlan& plan);
 
 }  // namespace hetps::testing

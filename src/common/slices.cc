@@ -1,0 +1,191 @@
+#include "common/slices.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace hetps {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+using Coded = google::protobuf::io::CodedOutputStream;
+
+// A tensor below this many bytes is copied into the message's buffer.
+constexpr size_t kOwnSliceBytes = 4096;
+
+// Tensor buffers kept for reuse (NewTensorBuffer): those of at least
+// kKeptFrom bytes, up to kKeptBuffers of them and kKeptBytes in all.
+constexpr size_t kKeptFrom = 64 << 10;
+constexpr size_t kKeptBuffers = 32;
+constexpr size_t kKeptBytes = 256 << 20;
+// Each buffer starts with a header holding its capacity; the tensor
+// follows, aligned as the header.
+constexpr size_t kHeaderBytes = 64;
+
+class KeptBuffers {
+ public:
+  static KeptBuffers& Get() {
+    static KeptBuffers* kept = new KeptBuffers;
+    return *kept;
+  }
+
+  // A buffer of at least `bytes`: the smallest kept one that fits without
+  // wasting more than its size again, else a new one.
+  uint8_t* Take(size_t bytes) {
+    if (bytes >= kKeptFrom) {
+      absl::MutexLock lock(&mu_);
+      auto best = buffers_.end();
+      for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
+        const size_t capacity = CapacityOf(*it);
+        if (capacity >= bytes && capacity <= 2 * bytes &&
+            (best == buffers_.end() || capacity < CapacityOf(*best))) {
+          best = it;
+        }
+      }
+      if (best != buffers_.end()) {
+        uint8_t* buffer = *best;
+        kept_bytes_ -= CapacityOf(buffer);
+        buffers_.erase(best);
+        return buffer;
+      }
+    }
+    auto* block = static_cast<uint8_t*>(
+        ::operator new (kHeaderBytes + bytes, std::align_val_t{kHeaderBytes}));
+    std::memcpy(block, &bytes, sizeof(bytes));
+    return block + kHeaderBytes;
+  }
+
+  // Gives `buffer` back (a slice's destroy callback).
+  static void Give(void* buffer) {
+    auto* data = static_cast<uint8_t*>(buffer);
+    const size_t capacity = CapacityOf(data);
+    if (capacity >= kKeptFrom) {
+      KeptBuffers& kept = Get();
+      absl::MutexLock lock(&kept.mu_);
+      if (kept.buffers_.size() < kKeptBuffers &&
+          kept.kept_bytes_ + capacity <= kKeptBytes) {
+        kept.buffers_.push_back(data);
+        kept.kept_bytes_ += capacity;
+        return;
+      }
+    }
+    ::operator delete (data - kHeaderBytes, std::align_val_t{kHeaderBytes});
+  }
+
+ private:
+  static size_t CapacityOf(const uint8_t* data) {
+    size_t capacity;
+    std::memcpy(&capacity, data - kHeaderBytes, sizeof(capacity));
+    return capacity;
+  }
+
+  absl::Mutex mu_;
+  std::vector<uint8_t*> buffers_ ABSL_GUARDED_BY(mu_);
+  size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+uint32_t LengthDelimitedTag(uint32_t field) {
+  return WireFormatLite::MakeTag(field,
+                                 WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+}
+
+}  // namespace
+
+grpc::Slice NewTensorBuffer(size_t bytes) {
+  return grpc::Slice(KeptBuffers::Get().Take(bytes), bytes, &KeptBuffers::Give);
+}
+
+void WireWriter::Append(const google::protobuf::MessageLite& message) {
+  message.AppendToString(&buffer_);
+}
+
+void WireWriter::Field(uint32_t field, size_t length) {
+  const uint32_t tag = LengthDelimitedTag(field);
+  const size_t size = buffer_.size();
+  buffer_.resize(size + Coded::VarintSize32(tag) + Coded::VarintSize64(length));
+  auto* end = reinterpret_cast<uint8_t*>(buffer_.data()) + size;
+  Coded::WriteVarint64ToArray(length, Coded::WriteVarint32ToArray(tag, end));
+}
+
+void WireWriter::Bytes(grpc::Slice bytes) {
+  if (bytes.size() < kOwnSliceBytes) {
+    buffer_.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+    return;
+  }
+  if (!buffer_.empty()) {
+    slices_.emplace_back(buffer_);
+    buffer_.clear();
+  }
+  slices_.push_back(std::move(bytes));
+}
+
+grpc::ByteBuffer WireWriter::Finish() {
+  if (!buffer_.empty()) {
+    slices_.emplace_back(buffer_);
+    buffer_.clear();
+  }
+  grpc::ByteBuffer out(slices_.data(), slices_.size());
+  slices_.clear();
+  return out;
+}
+
+size_t WireWriter::FieldSize(uint32_t field, size_t length) {
+  return Coded::VarintSize32(LengthDelimitedTag(field)) +
+         Coded::VarintSize64(length) + length;
+}
+
+grpc::ByteBuffer SerializeWithBytesField(
+    const google::protobuf::MessageLite& message, uint32_t field,
+    grpc::Slice bytes) {
+  WireWriter out;
+  out.Append(message);
+  if (bytes.size() > 0) {
+    out.Field(field, bytes.size());
+    out.Bytes(std::move(bytes));
+  }
+  return out.Finish();
+}
+
+grpc::Status ParseWithBytesField(grpc::ByteBuffer* buffer,
+                                 google::protobuf::MessageLite* message,
+                                 uint32_t field, const BytesFieldReader& take) {
+  // The buffer is ours to free (gRPC hands a received message over).
+  struct Consume {
+    grpc::ByteBuffer* buffer;
+    ~Consume() { buffer->Clear(); }
+  } consume{buffer};
+  const grpc::Status malformed(
+      grpc::StatusCode::INTERNAL,
+      absl::StrCat("the reply is not a ", message->GetTypeName()));
+  // The message's other fields, as they came, parsed at the end.
+  std::string rest;
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    if (!reader.status().ok()) return reader.status();
+    google::protobuf::io::CodedInputStream in(&reader);
+    google::protobuf::io::StringOutputStream rest_stream(&rest);
+    google::protobuf::io::CodedOutputStream rest_out(&rest_stream);
+    const uint32_t tensor_tag = LengthDelimitedTag(field);
+    while (const uint32_t tag = in.ReadTag()) {
+      if (tag == tensor_tag) {
+        uint32_t length = 0;
+        if (!in.ReadVarint32(&length)) return malformed;
+        if (grpc::Status s = take(length, in); !s.ok()) return s;
+      } else if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
+        return malformed;
+      }
+    }
+    if (!in.ConsumedEntireMessage()) return malformed;
+  }
+  if (!message->ParseFromString(rest)) return malformed;
+  return grpc::Status::OK;
+}
+
+}  // namespace hetps

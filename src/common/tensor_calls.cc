@@ -1,0 +1,152 @@
+#include "common/tensor_calls.h"
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace hetps {
+namespace {
+
+// The methods' full names (service hetps.rpc.ParameterServer).
+const std::string& PushMethod() {
+  static const std::string* name =
+      new std::string("/hetps.rpc.ParameterServer/Push");
+  return *name;
+}
+const std::string& PullSparseMethod() {
+  static const std::string* name =
+      new std::string("/hetps.rpc.ParameterServer/PullSparse");
+  return *name;
+}
+
+class GrpcCalls final : public TensorCalls {
+ public:
+  explicit GrpcCalls(std::shared_ptr<grpc::ChannelInterface> channel)
+      : push_(channel), pull_(channel) {}
+
+  void Push(grpc::ClientContext* context, const PushCall* call,
+            rpc::PushResponse* response, Done done) override {
+    push_.UnaryCall(context, PushMethod(), grpc::StubOptions(), call, response,
+                    std::move(done));
+  }
+
+  void PullSparse(grpc::ClientContext* context, const PullSparseCall* call,
+                  PulledRows* answer, Done done) override {
+    pull_.UnaryCall(context, PullSparseMethod(), grpc::StubOptions(), call,
+                    answer, std::move(done));
+  }
+
+ private:
+  grpc::TemplatedGenericStub<PushCall, rpc::PushResponse> push_;
+  grpc::TemplatedGenericStub<PullSparseCall, PulledRows> pull_;
+};
+
+}  // namespace
+
+std::unique_ptr<TensorCalls> GrpcTensorCalls(
+    std::shared_ptr<grpc::ChannelInterface> channel) {
+  return std::make_unique<GrpcCalls>(std::move(channel));
+}
+
+rpc::PullSparseRequest ToMessage(const PullSparseCall& call) {
+  rpc::PullSparseRequest message = call.message;
+  message.set_keys(reinterpret_cast<const char*>(call.keys.data.data()),
+                   call.keys.data.size_bytes());
+  return message;
+}
+
+}  // namespace hetps
+
+namespace grpc {
+
+Status SerializationTraits<hetps::PushCall, void>::Serialize(
+    const hetps::PushCall& call, ByteBuffer* buffer, bool* own_buffer) {
+  using hetps::WireWriter;
+  using hetps::rpc::TableGradient;
+  WireWriter out;
+  out.Append(call.message);
+  for (const hetps::PushCall::Gradient& g : call.gradients) {
+    const size_t keys = g.keys.slice.size();
+    const size_t values = g.values.slice.size();
+    size_t length = g.message.ByteSizeLong();
+    if (keys > 0) {
+      length += WireWriter::FieldSize(TableGradient::kKeysFieldNumber, keys);
+    }
+    if (values > 0) {
+      length +=
+          WireWriter::FieldSize(TableGradient::kValuesFieldNumber, values);
+    }
+    out.Field(hetps::rpc::PushRequest::kGradientsFieldNumber, length);
+    out.Append(g.message);
+    if (keys > 0) {
+      out.Field(TableGradient::kKeysFieldNumber, keys);
+      out.Bytes(g.keys.slice);
+    }
+    if (values > 0) {
+      out.Field(TableGradient::kValuesFieldNumber, values);
+      out.Bytes(g.values.slice);
+    }
+  }
+  *buffer = out.Finish();
+  *own_buffer = true;
+  return Status::OK;
+}
+
+Status SerializationTraits<hetps::PullSparseCall, void>::Serialize(
+    const hetps::PullSparseCall& call, ByteBuffer* buffer, bool* own_buffer) {
+  *buffer = hetps::SerializeWithBytesField(
+      call.message, hetps::rpc::PullSparseRequest::kKeysFieldNumber,
+      call.keys.slice);
+  *own_buffer = true;
+  return Status::OK;
+}
+
+Status SerializationTraits<hetps::PulledRows, void>::Deserialize(
+    ByteBuffer* buffer, hetps::PulledRows* answer) {
+  const size_t row_bytes = answer->dim * sizeof(float);
+  const std::span<const uint32_t> positions = answer->positions;
+  const size_t expected = positions.size() * row_bytes;
+  bool seen = false;
+  auto take = [&](uint32_t length,
+                  google::protobuf::io::CodedInputStream& in) -> Status {
+    if (seen || length != expected) {
+      return Status(
+          StatusCode::INTERNAL,
+          absl::StrCat("the reply has ", length, " bytes of rows for ",
+                       positions.size(), " rows of dim ", answer->dim));
+    }
+    seen = true;
+    // Runs of consecutive positions (all of them, from one server) are
+    // read at once.
+    for (size_t i = 0; i < positions.size();) {
+      size_t run = 1;
+      while (i + run < positions.size() &&
+             positions[i + run] == positions[i] + run) {
+        ++run;
+      }
+      if (!in.ReadRaw(&answer->rows[positions[i] * answer->dim],
+                      static_cast<int>(run * row_bytes))) {
+        return Status(StatusCode::INTERNAL, "the reply's rows are cut short");
+      }
+      i += run;
+    }
+    return Status::OK;
+  };
+  if (Status s = hetps::ParseWithBytesField(
+          buffer, &answer->message,
+          hetps::rpc::PullSparseResponse::kValuesFieldNumber, take);
+      !s.ok()) {
+    return s;
+  }
+  if (!seen && expected > 0) {
+    return Status(StatusCode::INTERNAL,
+                  absl::StrCat("the reply has no rows for ", positions.size(),
+                               " rows of dim ", answer->dim));
+  }
+  return Status::OK;
+}
+
+}  // namespace grpc

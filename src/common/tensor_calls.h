@@ -1,0 +1,103 @@
+// The calls that carry a worker's tensors, Push and PullSparse, with the
+// tensors in slices of their own (common/slices.h): a push's keys and
+// gradients and a pull's keys are written once, into the buffers the
+// transport sends, and a pull's rows go from gRPC's buffers straight to
+// where the caller wants them. On the wire they are the ordinary
+// PushRequest, PullSparseRequest and PullSparseResponse.
+//
+// TensorCalls is PsClient's seam for these two calls, as the generated
+// stub is for the others (common/channel.h): the real one calls a server
+// over gRPC, tests hand in one that fails calls on purpose
+// (tests/support/faulty_stub.h).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/slices.h"
+#include "hetps.pb.h"
+
+namespace hetps {
+
+// A PushRequest: `message` without its gradients, then each gradient.
+struct PushCall {
+  // One table's gradient: `message` names the table (and holds a codec's
+  // payload in `values`); raw keys and values are in the slices.
+  struct Gradient {
+    rpc::TableGradient message;
+    TensorSlice<uint64_t> keys;
+    TensorSlice<float> values;
+  };
+  rpc::PushRequest message;
+  std::vector<Gradient> gradients;
+};
+
+// A PullSparseRequest: `message` without its keys, then the keys.
+struct PullSparseCall {
+  rpc::PullSparseRequest message;
+  TensorSlice<uint64_t> keys;
+};
+
+// Where a PullSparseResponse goes: its rows straight into the caller's
+// buffer (row i of the reply to rows[positions[i] * dim, + dim)), the rest
+// into `message`. A reply with another number of rows fails the call
+// (INTERNAL) before any row is written.
+struct PulledRows {
+  std::span<float> rows;
+  std::span<const uint32_t> positions;
+  uint64_t dim = 0;
+  rpc::PullSparseResponse message;  // without `values`
+};
+
+class TensorCalls {
+ public:
+  using Done = std::function<void(grpc::Status)>;
+
+  virtual ~TensorCalls() = default;
+  // As the generated stub's callback calls: `call` and `answer` must stay
+  // valid until `done`.
+  virtual void Push(grpc::ClientContext* context, const PushCall* call,
+                    rpc::PushResponse* response, Done done) = 0;
+  virtual void PullSparse(grpc::ClientContext* context,
+                          const PullSparseCall* call, PulledRows* answer,
+                          Done done) = 0;
+};
+
+// The real calls, over `channel`.
+std::unique_ptr<TensorCalls> GrpcTensorCalls(
+    std::shared_ptr<grpc::ChannelInterface> channel);
+
+// The request as the server parses it: for tests that look at what was
+// sent.
+rpc::PullSparseRequest ToMessage(const PullSparseCall& call);
+
+}  // namespace hetps
+
+namespace grpc {
+
+template <>
+class SerializationTraits<hetps::PushCall, void> {
+ public:
+  static Status Serialize(const hetps::PushCall& call, ByteBuffer* buffer,
+                          bool* own_buffer);
+};
+
+template <>
+class SerializationTraits<hetps::PullSparseCall, void> {
+ public:
+  static Status Serialize(const hetps::PullSparseCall& call, ByteBuffer* buffer,
+                          bool* own_buffer);
+};
+
+template <>
+class SerializationTraits<hetps::PulledRows, void> {
+ public:
+  static Status Deserialize(ByteBuffer* buffer, hetps::PulledRows* answer);
+};
+
+}  // namespace grpc

@@ -1,0 +1,193 @@
+// The tensor calls' wire forms: what PushCall and PullSparseCall send parses
+// as the ordinary protobuf request, and PulledRows reads an ordinary
+// PullSparseResponse into the caller's rows.
+#include "common/tensor_calls.h"
+
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/slices.h"
+#include "gtest/gtest.h"
+
+namespace hetps {
+namespace {
+
+// `buffer`'s bytes, in one string.
+std::string Bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+template <typename T>
+TensorSlice<T> Iota(size_t n, T first) {
+  TensorSlice<T> t(n);
+  std::iota(t.data.begin(), t.data.end(), first);
+  return t;
+}
+
+template <typename T>
+std::string AsBytes(std::span<const T> values) {
+  return std::string(reinterpret_cast<const char*>(values.data()),
+                     values.size_bytes());
+}
+
+// Large tensors go as slices of their own, small ones copied: both read
+// back as the fields they stand for, beside every other field.
+TEST(TensorCallsTest, APushCallParsesAsThePushRequest) {
+  PushCall call;
+  call.message.set_worker_id(3);
+  call.message.set_clock(41);
+  call.message.set_map_version(2);
+  PushCall::Gradient& large = call.gradients.emplace_back();
+  large.message.set_table("emb");
+  large.message.set_dim(16);
+  large.keys = Iota<uint64_t>(1000, 7);
+  large.values = Iota<float>(16000, 0.5f);
+  PushCall::Gradient& encoded = call.gradients.emplace_back();
+  encoded.message.set_table("wide");
+  encoded.message.set_dim(1);
+  encoded.message.set_codec(2);
+  encoded.message.set_values("a codec's payload");
+  PushCall::Gradient& small = call.gradients.emplace_back();
+  small.message.set_table("dense");
+  small.values = Iota<float>(3, -1.0f);
+
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  ASSERT_TRUE(
+      grpc::SerializationTraits<PushCall>::Serialize(call, &buffer, &own).ok());
+  EXPECT_TRUE(own);
+  rpc::PushRequest sent;
+  ASSERT_TRUE(sent.ParseFromString(Bytes(buffer)));
+  EXPECT_EQ(sent.worker_id(), 3u);
+  EXPECT_EQ(sent.clock(), 41u);
+  EXPECT_EQ(sent.map_version(), 2u);
+  ASSERT_EQ(sent.gradients_size(), 3);
+  EXPECT_EQ(sent.gradients(0).table(), "emb");
+  EXPECT_EQ(sent.gradients(0).dim(), 16u);
+  EXPECT_EQ(sent.gradients(0).keys(), AsBytes<uint64_t>(large.keys.data));
+  EXPECT_EQ(sent.gradients(0).values(), AsBytes<float>(large.values.data));
+  EXPECT_EQ(sent.gradients(1).table(), "wide");
+  EXPECT_EQ(sent.gradients(1).codec(), 2u);
+  EXPECT_EQ(sent.gradients(1).keys(), "");
+  EXPECT_EQ(sent.gradients(1).values(), "a codec's payload");
+  EXPECT_EQ(sent.gradients(2).table(), "dense");
+  EXPECT_EQ(sent.gradients(2).values(), AsBytes<float>(small.values.data));
+}
+
+TEST(TensorCallsTest, APullCallParsesAsThePullRequest) {
+  PullSparseCall call;
+  call.message.set_table("emb");
+  call.message.set_dim(8);
+  call.message.set_clock(5);
+  call.keys = Iota<uint64_t>(20000, 100);
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  ASSERT_TRUE(
+      grpc::SerializationTraits<PullSparseCall>::Serialize(call, &buffer, &own)
+          .ok());
+  rpc::PullSparseRequest sent;
+  ASSERT_TRUE(sent.ParseFromString(Bytes(buffer)));
+  EXPECT_EQ(sent.table(), "emb");
+  EXPECT_EQ(sent.dim(), 8u);
+  EXPECT_EQ(sent.clock(), 5u);
+  EXPECT_EQ(sent.keys(), AsBytes<uint64_t>(call.keys.data));
+  EXPECT_EQ(ToMessage(call).SerializeAsString(), sent.SerializeAsString());
+}
+
+// A reply as the server sends it: the message, its rows a slice after it.
+grpc::ByteBuffer Reply(const rpc::PullSparseResponse& head,
+                       std::span<const float> rows) {
+  TensorSlice<float> values(rows.size());
+  std::copy(rows.begin(), rows.end(), values.data.begin());
+  return SerializeWithBytesField(
+      head, rpc::PullSparseResponse::kValuesFieldNumber, values.slice);
+}
+
+// Row i of the reply lands at positions[i]; rows not asked for stay; the
+// other fields arrive in the message, without the rows.
+TEST(TensorCallsTest, PulledRowsGoStraightToTheirPositions) {
+  for (size_t dim : {2, 1024}) {
+    rpc::PullSparseResponse head;
+    head.set_applied_rounds(12);
+    head.set_map_version(4);
+    head.mutable_dense()->set_offset(9);
+    std::vector<float> sent(4 * dim);
+    std::iota(sent.begin(), sent.end(), 1.0f);
+    grpc::ByteBuffer buffer = Reply(head, sent);
+
+    std::vector<float> rows(6 * dim, -1.0f);
+    // 0 and 1 make one run, 5 and 3 are apart.
+    const std::vector<uint32_t> positions = {0, 1, 5, 3};
+    PulledRows answer{.rows = rows, .positions = positions, .dim = dim};
+    ASSERT_TRUE(
+        grpc::SerializationTraits<PulledRows>::Deserialize(&buffer, &answer)
+            .ok())
+        << "dim " << dim;
+    for (size_t i = 0; i < positions.size(); ++i) {
+      for (size_t j = 0; j < dim; ++j) {
+        ASSERT_EQ(rows[positions[i] * dim + j], sent[i * dim + j])
+            << "dim " << dim << " row " << i;
+      }
+    }
+    for (size_t pos : {2, 4}) {
+      for (size_t j = 0; j < dim; ++j) ASSERT_EQ(rows[pos * dim + j], -1.0f);
+    }
+    EXPECT_EQ(answer.message.applied_rounds(), 12u);
+    EXPECT_EQ(answer.message.map_version(), 4u);
+    EXPECT_EQ(answer.message.dense().offset(), 9u);
+    EXPECT_TRUE(answer.message.values().empty());
+  }
+}
+
+// A reply with another number of rows, or none, or bytes that are no
+// message, fails the call, and no row is written.
+TEST(TensorCallsTest, AReplyThatDoesNotFitIsRefusedBeforeAnyRowIsWritten) {
+  const std::vector<uint32_t> positions = {0, 1};
+  const std::vector<float> three_rows(6, 5.0f);
+  rpc::PullSparseResponse head;
+  head.set_applied_rounds(1);
+  std::vector<grpc::ByteBuffer> replies;
+  replies.push_back(Reply(head, three_rows));
+  replies.push_back(Reply(head, {}));
+  const std::string garbage = "\x0a\xff\xff\xff\x7f not a message";
+  grpc::Slice slice(garbage);
+  replies.emplace_back(&slice, 1);
+  for (grpc::ByteBuffer& reply : replies) {
+    std::vector<float> rows(4, -1.0f);
+    PulledRows answer{.rows = rows, .positions = positions, .dim = 2};
+    const grpc::Status s =
+        grpc::SerializationTraits<PulledRows>::Deserialize(&reply, &answer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << s.error_message();
+    EXPECT_EQ(rows, std::vector<float>(4, -1.0f));
+  }
+}
+
+// A large tensor buffer given back is the next one of its size: its pages
+// are not taken from the heap again.
+TEST(TensorCallsTest, ALargeTensorBufferIsReusedOnceGivenBack) {
+  const size_t bytes = (3 << 20) + 4096 * 3;  // a size no other test uses
+  const uint8_t* first = nullptr;
+  {
+    grpc::Slice buffer = NewTensorBuffer(bytes);
+    first = buffer.begin();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+    EXPECT_EQ(buffer.size(), bytes);
+    grpc::Slice held = buffer;  // the transport's reference
+  }
+  grpc::Slice again = NewTensorBuffer(bytes);
+  EXPECT_EQ(again.begin(), first);
+  // Held, it is not handed out twice.
+  grpc::Slice other = NewTensorBuffer(bytes);
+  EXPECT_NE(other.begin(), first);
+}
+
+}  // namespace
+}  // namespace hetps
