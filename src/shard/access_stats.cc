@@ -107,8 +107,8 @@ int ThreadLane(int lanes) {
 }
 
 // A request's keys counted per bucket: one array per thread, as long as the
-// largest bucket count seen, and the buckets touched (to add and reset
-// only those).
+// largest bucket count seen, and room for the buckets touched (to add and
+// reset only those).
 struct Scratch {
   std::vector<uint32_t> rows;
   std::vector<uint32_t> touched;
@@ -116,7 +116,10 @@ struct Scratch {
 
 Scratch& ThreadScratch(uint32_t num_buckets) {
   thread_local Scratch scratch;
-  if (scratch.rows.size() < num_buckets) scratch.rows.resize(num_buckets, 0);
+  if (scratch.rows.size() < num_buckets) {
+    scratch.rows.resize(num_buckets, 0);
+    scratch.touched.resize(num_buckets);
+  }
   return scratch;
 }
 
@@ -152,25 +155,32 @@ void AccessRecorder::Record(Access access, std::string_view table,
   if (found == tables_.end() || keys.empty()) return;
   const uint32_t table_id = static_cast<uint32_t>(found - tables_.begin());
 
+  // Plain pointers and locals: through the vectors and members the
+  // compiler would reload them after every count it stores.
   Scratch& scratch = ThreadScratch(num_buckets_);
+  const uint32_t num_buckets = num_buckets_;
+  uint32_t* const counts = scratch.rows.data();
+  uint32_t* const touched = scratch.touched.data();
+  size_t num_touched = 0;
   for (uint64_t key : keys) {
-    const uint32_t b = BucketOfKey(key, num_buckets_);
-    if (scratch.rows[b]++ == 0) scratch.touched.push_back(b);
+    const uint32_t b = BucketOfKey(key, num_buckets);
+    touched[num_touched] = b;
+    num_touched += counts[b]++ == 0;
   }
   const double row_ns = static_cast<double>(ns) / keys.size();
   {
     Lane& lane = lanes_[ThreadLane(kLanes)];
     absl::MutexLock lock(&lane.mu);
-    for (uint32_t b : scratch.touched) {
+    for (size_t i = 0; i < num_touched; ++i) {
+      const uint32_t b = touched[i];
       BucketTotals& totals = lane.buckets[b];
-      const uint32_t rows = scratch.rows[b];
+      const uint32_t rows = counts[b];
       (access == Access::kPull ? totals.pulled : totals.pushed) += rows;
       totals.bytes += rows * row_bytes;
       totals.service_ns += static_cast<uint64_t>(rows * row_ns);
-      scratch.rows[b] = 0;
+      counts[b] = 0;
     }
   }
-  scratch.touched.clear();
 
   // Evenly spaced keys, from an offset that moves with every request, each
   // standing for `stride` keys.
