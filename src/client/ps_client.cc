@@ -112,12 +112,11 @@ PushCall::Gradient GradientOf(const std::string& table, uint32_t dim,
   g.message.set_dim(dim);
   g.keys = TensorSlice<uint64_t>(positions.size());
   g.values = TensorSlice<float>(positions.size() * dim);
-  for (size_t i = 0; i < positions.size(); ++i) {
-    const uint32_t pos = positions[i];
-    g.keys.data[i] = keys[pos];
+  ForEachRun(positions, [&](size_t i, uint32_t pos, size_t n) {
+    std::memcpy(&g.keys.data[i], &keys[pos], n * sizeof(uint64_t));
     std::memcpy(&g.values.data[i * dim], &values[size_t{pos} * dim],
-                dim * sizeof(float));
-  }
+                n * dim * sizeof(float));
+  });
   return g;
 }
 

@@ -119,19 +119,13 @@ Status SerializationTraits<hetps::PulledRows, void>::Deserialize(
                        positions.size(), " rows of dim ", answer->dim));
     }
     seen = true;
-    // Runs of consecutive positions (all of them, from one server) are
-    // read at once.
-    for (size_t i = 0; i < positions.size();) {
-      size_t run = 1;
-      while (i + run < positions.size() &&
-             positions[i + run] == positions[i] + run) {
-        ++run;
-      }
-      if (!in.ReadRaw(&answer->rows[positions[i] * answer->dim],
-                      static_cast<int>(run * row_bytes))) {
-        return Status(StatusCode::INTERNAL, "the reply's rows are cut short");
-      }
-      i += run;
+    bool read = true;
+    hetps::ForEachRun(positions, [&](size_t, uint32_t pos, size_t n) {
+      read = read && in.ReadRaw(&answer->rows[pos * answer->dim],
+                                static_cast<int>(n * row_bytes));
+    });
+    if (!read) {
+      return Status(StatusCode::INTERNAL, "the reply's rows are cut short");
     }
     return Status::OK;
   };

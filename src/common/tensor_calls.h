@@ -54,6 +54,20 @@ struct PulledRows {
   rpc::PullSparseResponse message;  // without `values`
 };
 
+// Calls fn(i, pos, n) for each run of n consecutive positions,
+// positions[i, i + n) = pos, pos + 1, ...: a gather or scatter of rows by
+// position copies each run at once (a request to one server is one run).
+template <typename Fn>
+void ForEachRun(std::span<const uint32_t> positions, Fn fn) {
+  for (size_t i = 0; i < positions.size();) {
+    const uint32_t pos = positions[i];
+    size_t n = 1;
+    while (i + n < positions.size() && positions[i + n] == pos + n) ++n;
+    fn(i, pos, n);
+    i += n;
+  }
+}
+
 class TensorCalls {
  public:
   using Done = std::function<void(grpc::Status)>;
