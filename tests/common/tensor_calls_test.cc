@@ -45,17 +45,18 @@ TEST(TensorCallsTest, APushCallParsesAsThePushRequest) {
   call.message.set_worker_id(3);
   call.message.set_clock(41);
   call.message.set_map_version(2);
-  PushCall::Gradient& large = call.gradients.emplace_back();
+  call.gradients.resize(3);
+  PushCall::Gradient& large = call.gradients[0];
   large.message.set_table("emb");
   large.message.set_dim(16);
   large.keys = Iota<uint64_t>(1000, 7);
   large.values = Iota<float>(16000, 0.5f);
-  PushCall::Gradient& encoded = call.gradients.emplace_back();
+  PushCall::Gradient& encoded = call.gradients[1];
   encoded.message.set_table("wide");
   encoded.message.set_dim(1);
   encoded.message.set_codec(2);
   encoded.message.set_values("a codec's payload");
-  PushCall::Gradient& small = call.gradients.emplace_back();
+  PushCall::Gradient& small = call.gradients[2];
   small.message.set_table("dense");
   small.values = Iota<float>(3, -1.0f);
 
@@ -126,7 +127,8 @@ TEST(TensorCallsTest, PulledRowsGoStraightToTheirPositions) {
     std::vector<float> rows(6 * dim, -1.0f);
     // 0 and 1 make one run, 5 and 3 are apart.
     const std::vector<uint32_t> positions = {0, 1, 5, 3};
-    PulledRows answer{.rows = rows, .positions = positions, .dim = dim};
+    PulledRows answer{
+        .rows = rows, .positions = positions, .dim = dim, .message = {}};
     ASSERT_TRUE(
         grpc::SerializationTraits<PulledRows>::Deserialize(&buffer, &answer)
             .ok())
@@ -162,7 +164,8 @@ TEST(TensorCallsTest, AReplyThatDoesNotFitIsRefusedBeforeAnyRowIsWritten) {
   replies.emplace_back(&slice, 1);
   for (grpc::ByteBuffer& reply : replies) {
     std::vector<float> rows(4, -1.0f);
-    PulledRows answer{.rows = rows, .positions = positions, .dim = 2};
+    PulledRows answer{
+        .rows = rows, .positions = positions, .dim = 2, .message = {}};
     const grpc::Status s =
         grpc::SerializationTraits<PulledRows>::Deserialize(&reply, &answer);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << s.error_message();
