@@ -2,6 +2,8 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -119,13 +121,33 @@ Status SerializationTraits<hetps::PulledRows, void>::Deserialize(
                        positions.size(), " rows of dim ", answer->dim));
     }
     seen = true;
-    bool read = true;
-    hetps::ForEachRun(positions, [&](size_t, uint32_t pos, size_t n) {
-      read = read && in.ReadRaw(&answer->rows[pos * answer->dim],
-                                static_cast<int>(n * row_bytes));
-    });
-    if (!read) {
-      return Status(StatusCode::INTERNAL, "the reply's rows are cut short");
+    const Status cut_short(StatusCode::INTERNAL,
+                           "the reply's rows are cut short");
+    // The rows are copied out of gRPC's buffers a buffer at a time (all of
+    // a buffer's rows at once when their positions are consecutive); a row
+    // across two buffers is read whole.
+    for (size_t i = 0; i < positions.size();) {
+      const void* data = nullptr;
+      int size = 0;
+      if (!in.GetDirectBufferPointer(&data, &size)) return cut_short;
+      const size_t whole =
+          std::min(static_cast<size_t>(size) / row_bytes, positions.size() - i);
+      if (whole == 0) {
+        if (!in.ReadRaw(&answer->rows[positions[i] * answer->dim],
+                        static_cast<int>(row_bytes))) {
+          return cut_short;
+        }
+        ++i;
+        continue;
+      }
+      const auto* src = static_cast<const char*>(data);
+      hetps::ForEachRun(positions.subspan(i, whole),
+                        [&](size_t j, uint32_t pos, size_t n) {
+                          std::memcpy(&answer->rows[pos * answer->dim],
+                                      src + j * row_bytes, n * row_bytes);
+                        });
+      in.Skip(static_cast<int>(whole * row_bytes));
+      i += whole;
     }
     return Status::OK;
   };
