@@ -3,6 +3,7 @@
 // PullSparseResponse into the caller's rows.
 #include "common/tensor_calls.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -112,10 +113,33 @@ grpc::ByteBuffer Reply(const rpc::PullSparseResponse& head,
       head, rpc::PullSparseResponse::kValuesFieldNumber, values.slice);
 }
 
+// `buffer`'s bytes again, in slices of `size` (as gRPC receives them: a
+// row may begin in one and end in the next).
+grpc::ByteBuffer Resliced(const grpc::ByteBuffer& buffer, size_t size) {
+  const std::string bytes = Bytes(buffer);
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += size) {
+    slices.emplace_back(bytes.substr(at, size));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 // Row i of the reply lands at positions[i]; rows not asked for stay; the
-// other fields arrive in the message, without the rows.
+// other fields arrive in the message, without the rows. Rows whose
+// positions follow each other and rows that do not, rows within one of
+// gRPC's buffers and rows across two.
 TEST(TensorCallsTest, PulledRowsGoStraightToTheirPositions) {
-  for (size_t dim : {2, 1024}) {
+  struct Case {
+    size_t dim;
+    size_t slice_bytes;  // 0: as the server sends it
+    std::vector<uint32_t> positions;
+  };
+  const std::vector<Case> cases = {
+      {2, 0, {0, 1, 5, 3}},       {1024, 0, {0, 1, 5, 3}},
+      {1024, 1000, {0, 1, 5, 3}}, {1024, 1000, {1, 2, 3, 4}},
+      {3, 7, {2, 3, 4, 5}},       {3, 7, {4, 0, 1, 5}}};
+  for (const Case& c : cases) {
+    const size_t dim = c.dim;
     rpc::PullSparseResponse head;
     head.set_applied_rounds(12);
     head.set_map_version(4);
@@ -123,10 +147,10 @@ TEST(TensorCallsTest, PulledRowsGoStraightToTheirPositions) {
     std::vector<float> sent(4 * dim);
     std::iota(sent.begin(), sent.end(), 1.0f);
     grpc::ByteBuffer buffer = Reply(head, sent);
+    if (c.slice_bytes > 0) buffer = Resliced(buffer, c.slice_bytes);
 
     std::vector<float> rows(6 * dim, -1.0f);
-    // 0 and 1 make one run, 5 and 3 are apart.
-    const std::vector<uint32_t> positions = {0, 1, 5, 3};
+    const std::vector<uint32_t>& positions = c.positions;
     PulledRows answer{
         .rows = rows, .positions = positions, .dim = dim, .message = {}};
     ASSERT_TRUE(
@@ -139,7 +163,11 @@ TEST(TensorCallsTest, PulledRowsGoStraightToTheirPositions) {
             << "dim " << dim << " row " << i;
       }
     }
-    for (size_t pos : {2, 4}) {
+    for (size_t pos = 0; pos < 6; ++pos) {
+      if (std::find(positions.begin(), positions.end(), pos) !=
+          positions.end()) {
+        continue;
+      }
       for (size_t j = 0; j < dim; ++j) ASSERT_EQ(rows[pos * dim + j], -1.0f);
     }
     EXPECT_EQ(answer.message.applied_rounds(), 12u);
