@@ -118,7 +118,9 @@ Scratch& ThreadScratch(uint32_t num_buckets) {
   thread_local Scratch scratch;
   if (scratch.rows.size() < num_buckets) {
     scratch.rows.resize(num_buckets, 0);
-    scratch.touched.resize(num_buckets);
+    // One more than the buckets: Record writes each key's bucket at the
+    // end before it knows whether the bucket is new.
+    scratch.touched.resize(num_buckets + 1);
   }
   return scratch;
 }
