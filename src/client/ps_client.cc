@@ -17,7 +17,6 @@
 #include "client/hot_row_cache.h"
 #include "client/ps_client_factory.h"
 #include "client/unique_keys.h"
-#include "common/bytes.h"
 #include "common/channel.h"
 #include "common/clock.h"
 #include "common/finite.h"
