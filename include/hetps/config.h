@@ -156,27 +156,30 @@ struct ServerOptions {
 // A worker's hot-row cache (SPEC §4; src/client/hot_row_cache.h): rows
 // in at least `hot_share` of the worker's recent pulls are kept, and read
 // from the cache instead of the server while their version lags the
-// server's by at most the bound — `max_lag` applies; 0: one window
-// (semi_async) or one push of every worker (async). The servers enforce
-// and record the bound (AggregatorStats.read_lag_*). Sync reads exact
-// rows: no cache there. Off by default: on the hetero reference cluster
-// (semi_async) these defaults cut pulled bytes by 33% on MovieLens at the
-// same AUC, but by 51-73% on generated Criteo data (Zipf 1.1) at an AUC
-// 0.005-0.048 lower — the hot rows are the ones every apply moves; a bound
-// of one window (17) lost 0.034 there (docs/BENCHMARKS.md §10). With
-// `max_drift` each row gets its own bound within max_lag, from how fast it
-// moves, and half the bytes go at the same AUC — but at 0.1 on that Criteo
-// data (max_lag 0, hot_share 0.002: 56% cut) and 1 on MovieLens (54%); no
-// one value does both, so it is 0 (off) by default.
+// server's by at most the servers' bound — `max_lag` applies; 0: one
+// window (semi_async) or one push of every worker (async) — and by at most
+// the row's own bound, from `sample_drift`. The servers enforce and record
+// theirs (AggregatorStats.read_lag_*). Sync reads exact rows: no cache
+// there. Off by default (`enabled`); the other defaults are one setting
+// for every data set: on the hetero reference cluster (semi_async) they
+// cut pulled bytes by 51-62% on MovieLens and on generated Criteo data
+// with Zipf ids, at AUCs within 0.0005 of the runs without the cache in
+// that sitting — at the edge of what 3-run medians resolve: 0.0028 lower
+// on Criteo data in a sitting at sample_drift 5 (docs/BENCHMARKS.md §10).
 struct HotRowsConfig {
   bool enabled = false;
-  double hot_share = 0.05;
-  uint64_t max_lag = 5;
+  double hot_share = 0.002;
+  uint64_t max_lag = 0;
   uint64_t max_rows = 1 << 20;  // rows kept, per table
-  // > 0: each row's own bound, within max_lag's: the applies in which it
-  // moves this share of its length at the pace it moved between the
-  // worker's last two reads of it (HotRowCache::Store).
-  double max_drift = 0;
+  // Each row's own bound. A kept row drifts (relative to its length) at
+  // the pace it moved between the worker's last two reads of it; its
+  // weight is its uses per sample in the worker's last push that carried
+  // it, times that push's rows; it is read again before drift × weight
+  // passes this. Were every row of a push at its bound, a sample's rows
+  // would together have drifted this much: rows in every sample are read
+  // fresh, rows used once or twice last longer. 0: every row has the
+  // servers' bound (HotRowCache::Store, NotePush).
+  double sample_drift = 4;
 };
 
 struct ClientOptions {
@@ -333,9 +336,9 @@ struct TrainConfig {
   // round closed / the window allows): the rows a pull sent after the push
   // reads, without that pull's round trip. async answers at once, so there
   // the rows lack the worker's own last push (one step more staleness, in
-  // the mode without a bound). Not with a hot-row cache (client.hot_rows),
-  // whose lag is counted per push, nor across a data chunk's end (the next
-  // chunk is asked for then).
+  // the mode without a bound). It reads kept rows of a hot-row cache
+  // (client.hot_rows) as a pull at the next clock would. Not across a data
+  // chunk's end (the next chunk is asked for then).
   bool prefetch = true;
 };
 

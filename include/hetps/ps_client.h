@@ -89,6 +89,9 @@ struct TableGrad {
   std::string table;
   std::span<const uint64_t> keys;  // sparse rows; empty for a dense table
   std::span<const float> values;   // keys.size() * dim, or the dense size
+  // Optional, per key: how many of the batch's feature slots used the row
+  // (the hot-row cache weighs a kept row's staleness by its share).
+  std::span<const uint32_t> uses = {};
 };
 
 class PsClient {
@@ -122,8 +125,9 @@ class PsClient {
   // semi_async servers answer once that push has arrived (so the pushes
   // must go to every server: PsClientOptions::push_to_all_servers), as a
   // pull at the next clock; async at once. Made once the clock has reached
-  // it, it is an ordinary pull. Anything else is INVALID_ARGUMENT, as is a
-  // pull ahead that may read the hot-row cache (pass kServers).
+  // it, it is an ordinary pull. Anything else is INVALID_ARGUMENT. Kept
+  // rows a pull ahead reads count for the push it serves (the servers
+  // record that push's lag against that pull).
   absl::Status PullSparse(const std::string& table,
                           std::span<const uint64_t> keys, std::span<float> out,
                           KeySet key_set = KeySet::kMayRepeat,

@@ -64,19 +64,24 @@ std::optional<HotRowCache::Kept> HotRowCache::Read(uint32_t table,
   return Kept{e.version, lag};
 }
 
-uint64_t HotRowCache::LagFor(double moved, uint64_t applies) const {
+void HotRowCache::Bound(Table& t, Entry& e) const {
+  if (e.pace < 0 || e.weight < 0) {
+    e.lag = static_cast<uint64_t>(t.typical_lag);
+    return;
+  }
   constexpr double kUnbounded = std::numeric_limits<uint32_t>::max();
-  if (moved == 0) return static_cast<uint64_t>(kUnbounded);
-  // (moved is infinite for a row of length 0 that moved: bound 0. Rows
-  // are finite, the servers refuse what is not, so moved is never NaN.)
-  return static_cast<uint64_t>(
-      std::min(kUnbounded, config_.max_drift * applies / moved));
+  // (The pace is infinite for a row of length 0 that moved: bound 0. Rows
+  // are finite, the servers refuse what is not, so it is never NaN.)
+  const double cost = static_cast<double>(e.pace) * e.weight;
+  e.lag = cost > 0 ? static_cast<uint64_t>(
+                         std::min(kUnbounded, config_.sample_drift / cost))
+                   : static_cast<uint64_t>(kUnbounded);
 }
 
 void HotRowCache::Store(uint32_t table, uint64_t key, uint64_t version,
                         std::span<const float> row) {
   Table& t = TableOf(table, row.size());
-  const bool by_drift = config_.max_drift > 0;
+  const bool by_drift = config_.sample_drift > 0;
   auto it = t.rows.find(key);
   if (it == t.rows.end()) {
     if (t.rows.size() >= config_.max_rows) return;
@@ -88,9 +93,12 @@ void HotRowCache::Store(uint32_t table, uint64_t key, uint64_t version,
       slot = static_cast<uint32_t>(t.pool.size() / t.dim);
       t.pool.resize(t.pool.size() + t.dim);
     }
-    const uint64_t lag = by_drift ? static_cast<uint64_t>(t.typical_lag)
-                                  : std::numeric_limits<uint64_t>::max();
-    it = t.rows.emplace(key, Entry{version, lag, slot}).first;
+    it = t.rows.emplace(key, Entry{version, 0, slot}).first;
+    if (by_drift) {
+      Bound(t, it->second);
+    } else {
+      it->second.lag = std::numeric_limits<uint64_t>::max();
+    }
   } else if (by_drift) {
     Entry& e = it->second;
     // A read at the same version tells no pace: the copy stays as it is.
@@ -106,14 +114,34 @@ void HotRowCache::Store(uint32_t table, uint64_t key, uint64_t version,
     const double relative =
         length > 0 ? std::sqrt(moved / length)
                    : (moved > 0 ? std::numeric_limits<double>::infinity() : 0);
-    e.lag = LagFor(relative, version - e.version);
-    t.typical_lag += (static_cast<double>(std::min(e.lag, kTypicalLagCap)) -
-                      t.typical_lag) /
-                     kTypicalLagRows;
+    e.pace =
+        static_cast<float>(relative / static_cast<double>(version - e.version));
+    Bound(t, e);
+    if (e.weight >= 0) {
+      t.typical_lag += (static_cast<double>(std::min(e.lag, kTypicalLagCap)) -
+                        t.typical_lag) /
+                       kTypicalLagRows;
+    }
   }
   it->second.version = version;
   std::memcpy(&t.pool[it->second.slot * t.dim], row.data(),
               t.dim * sizeof(float));
+}
+
+void HotRowCache::NotePush(uint32_t table, std::span<const uint64_t> keys,
+                           std::span<const uint32_t> uses, uint32_t samples) {
+  if (config_.sample_drift <= 0 || table >= tables_.size() || samples == 0) {
+    return;
+  }
+  Table& t = tables_[table];
+  const double per_use = static_cast<double>(keys.size()) / samples;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = t.rows.find(keys[i]);
+    if (it == t.rows.end()) continue;
+    Entry& e = it->second;
+    e.weight = static_cast<float>((uses.empty() ? 1.0 : uses[i]) * per_use);
+    if (e.pace >= 0) Bound(t, e);
+  }
 }
 
 void HotRowCache::Expire(uint32_t table,

@@ -5,8 +5,9 @@
 // its version (the server's applies when it read it,
 // PullSparseResponse.applied_rounds). PsClient reads a kept row instead of
 // pulling it while the server's applies known to the worker are at most the
-// bound past its version (with client.hot_rows.max_drift, a bound of the
-// row's own, from how fast it moves: Store), checks that against the
+// bound past its version (and its own bound, from how fast it moves and
+// how much the worker uses it: client.hot_rows.sample_drift, Store and
+// NotePush), checks that against the
 // applies the step's pull reports, and pulls again what is over it; it
 // reports the oldest version a step used with the push
 // (PushRequest.oldest_read), so that the servers record the lag
@@ -52,14 +53,22 @@ class HotRowCache {
   std::optional<Kept> Read(uint32_t table, uint64_t key, uint64_t known,
                            uint64_t bound, std::span<float> out);
   // Keeps (or refreshes) the row of `key` read at `version`, if there is
-  // room (config.max_rows per table). With config.max_drift, the row's lag
-  // bound follows from how far it moved since the copy it replaces: the
-  // applies over which it moves max_drift of its length at that pace; a
-  // row seen for the first time starts with the table's typical bound (an
-  // average of those measured lately), and a read at a version no newer
-  // than the copy's changes nothing.
+  // room (config.max_rows per table). With config.sample_drift, how far
+  // the row moved since the copy it replaces (relative to its length) and
+  // in how many applies is its pace: with its weight (NotePush), its bound
+  // is the applies in which pace × weight × applies reaches sample_drift.
+  // A row whose pace or weight is not known yet has the table's typical
+  // bound (an average of those measured lately); a read at a version no
+  // newer than the copy's changes nothing.
   void Store(uint32_t table, uint64_t key, uint64_t version,
              std::span<const float> row);
+  // Notes a push of the worker's: `keys` (distinct) of table `table`,
+  // used uses[i] times by the `samples` samples it sums (each once when
+  // `uses` is empty). A kept row's weight is its share of the samples
+  // times the push's rows, so that rows weighted so and drifting at their
+  // bounds drift sample_drift per sample together.
+  void NotePush(uint32_t table, std::span<const uint64_t> keys,
+                std::span<const uint32_t> uses, uint32_t samples);
   // Drops the rows of table `table` for which `stale(key, version)` holds
   // (too old to be read any more).
   void Expire(uint32_t table,
@@ -72,20 +81,22 @@ class HotRowCache {
     uint64_t version;
     uint64_t lag;   // its own bound (Kept::lag), before the servers'
     uint32_t slot;  // row slot in the table's pool
+    float pace = -1;    // relative drift per apply; < 0: not measured yet
+    float weight = -1;  // from the last push that carried it; < 0: none
   };
-  // The applies over which a row that moved `moved` (relative to its
-  // length) in `applies` moves config_.max_drift; unbounded (2^32 - 1)
-  // for a row that did not move.
-  uint64_t LagFor(double moved, uint64_t applies) const;
   struct Table {
     uint64_t dim = 0;
     std::vector<float> pool;     // slots of dim floats
     std::vector<uint32_t> free;  // slots given back
     absl::flat_hash_map<uint64_t, Entry> rows;
-    // With max_drift: the lag bounds of the rows measured lately (a moving
-    // average), which a row seen for the first time starts with.
+    // With sample_drift: the lag bounds measured lately (a moving average
+    // over the reads that measured a pace), which a row not measured yet
+    // has.
     double typical_lag = 0;
   };
+  // With sample_drift: `e`'s bound from its pace and weight once both are
+  // known, else t's typical bound.
+  void Bound(Table& t, Entry& e) const;
   Table& TableOf(uint32_t table, uint64_t dim);
 
   HotRowsConfig config_;

@@ -152,11 +152,13 @@ struct PsClient::Impl {
   absl::flat_hash_map<std::string, uint32_t> cache_tables
       ABSL_GUARDED_BY(cache_mu);
   // Each server's applies as its latest pull reply said, the bound its
-  // replies carry, and per server the oldest version of a row read since
-  // the last push (PushRequest.oldest_read).
+  // replies carry, and per push clock and server the oldest version of a
+  // kept row read for that push (PushRequest.oldest_read): a pull ahead
+  // reads for the push after the next.
   std::vector<uint64_t> server_applies ABSL_GUARDED_BY(cache_mu);
   uint64_t read_lag_bound ABSL_GUARDED_BY(cache_mu) = 0;
-  std::vector<std::optional<uint64_t>> oldest_read ABSL_GUARDED_BY(cache_mu);
+  absl::flat_hash_map<uint64_t, std::vector<std::optional<uint64_t>>>
+      oldest_read ABSL_GUARDED_BY(cache_mu);
   uint64_t pulls_since_expiry ABSL_GUARDED_BY(cache_mu) = 0;
 
   std::shared_ptr<const ShardMap> Map() const {
@@ -481,7 +483,6 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClientFactory::Connect(
     absl::MutexLock lock(&impl->cache_mu);
     impl->cache = std::make_unique<HotRowCache>(options.rpc.hot_rows);
     impl->server_applies.assign(impl->servers.size(), 0);
-    impl->oldest_read.assign(impl->servers.size(), std::nullopt);
   }
   return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
 }
@@ -591,13 +592,8 @@ absl::Status PsClient::PullSparse(const std::string& table,
   }
   HotRowCache* cache =
       source == RowSource::kCacheAllowed ? impl_->cache.get() : nullptr;
-  if (ahead > 0 && cache != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PullSparse('", table,
-                     "'): a pull for a later push cannot read the hot-row "
-                     "cache, whose lag is counted per push (pass "
-                     "RowSource::kServers)"));
-  }
+  // The push the rows read serve, whose lag the servers record.
+  const uint64_t serves = at.clock + ahead;
 
   std::shared_ptr<const ShardMap> map = impl_->Map();
   const uint32_t n = map->num_servers();
@@ -811,7 +807,9 @@ absl::Status PsClient::PullSparse(const std::string& table,
         const size_t used = cached[s].size() - again[s].size();
         impl_->cached_rows += used;
         if (used > 0) {
-          auto& read = impl_->oldest_read[s];
+          auto& reads = impl_->oldest_read[serves];
+          reads.resize(impl_->servers.size());
+          auto& read = reads[s];
           read = read ? std::min(*read, oldest) : oldest;
         }
       }
@@ -969,21 +967,37 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
                        " keys × dim ", dim, " need ", grad.keys.size() * dim,
                        " values, got ", grad.values.size()));
     }
+    if (!grad.uses.empty() && grad.uses.size() != grad.keys.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Push('", grad.table, "'): ", grad.keys.size(),
+                       " keys, but uses for ", grad.uses.size()));
+    }
     std::span<const uint64_t> keys = grad.keys;
     std::span<const float> values = grad.values;
+    std::span<const uint32_t> uses = grad.uses;
     std::vector<float> summed;
+    std::vector<uint32_t> summed_uses;
     UniqueKeys dedup;
     if (key_set == KeySet::kMayRepeat) {
       dedup.Build(keys);
       if (dedup.keys().size() < keys.size()) {
         summed.assign(dedup.keys().size() * dim, 0.0f);
+        summed_uses.assign(dedup.keys().size(), 0);
         for (size_t i = 0; i < keys.size(); ++i) {
-          float* dst = &summed[dedup.position()[i] * dim];
+          const uint32_t p = dedup.position()[i];
+          float* dst = &summed[p * dim];
           for (uint64_t j = 0; j < dim; ++j) dst[j] += values[i * dim + j];
+          summed_uses[p] += uses.empty() ? 1 : uses[i];
         }
         keys = dedup.keys();
         values = summed;
+        uses = summed_uses;
       }
+    }
+    if (impl_->cache != nullptr) {
+      absl::MutexLock lock(&impl_->cache_mu);
+      impl_->cache->NotePush(impl_->CacheTableId(grad.table), keys, uses,
+                             batch_size);
     }
     auto positions = PartitionByServer(*map, keys, at);
     const uint32_t d = static_cast<uint32_t>(dim);
@@ -1028,9 +1042,10 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     // The oldest rows the gradient was computed from, for the servers'
     // record of the cache's lag.
     absl::MutexLock lock(&impl_->cache_mu);
-    for (uint32_t s : targets) {
-      if (impl_->oldest_read[s]) {
-        requests[s].message.set_oldest_read(*impl_->oldest_read[s]);
+    if (auto it = impl_->oldest_read.find(at.clock);
+        it != impl_->oldest_read.end()) {
+      for (uint32_t s : targets) {
+        if (it->second[s]) requests[s].message.set_oldest_read(*it->second[s]);
       }
     }
   }
@@ -1058,8 +1073,9 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
   (void)impl_->FollowMaps<rpc::PushResponse>(map->version(), answers, targets);
   if (impl_->cache != nullptr) {
     absl::MutexLock lock(&impl_->cache_mu);
+    absl::erase_if(impl_->oldest_read,
+                   [&](const auto& read) { return read.first <= at.clock; });
     for (uint32_t s = 0; s < n; ++s) {
-      impl_->oldest_read[s].reset();
       impl_->server_applies[s] =
           std::max(impl_->server_applies[s], responses[s].applied_rounds());
     }

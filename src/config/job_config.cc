@@ -92,7 +92,7 @@ void Fields(HotRowsConfig& c, Visit&& visit) {
   visit("hot_share", c.hot_share);
   visit("max_lag", c.max_lag);
   visit("max_rows", c.max_rows);
-  visit("max_drift", c.max_drift);
+  visit("sample_drift", c.sample_drift);
 }
 
 template <typename Visit>

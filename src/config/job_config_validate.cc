@@ -164,9 +164,9 @@ absl::Status ValidateHotRows(const HotRowsConfig& hot_rows,
     return Invalid("client.hot_rows.hot_share: must be in (0, 1], got ",
                    hot_rows.hot_share);
   }
-  if (!(hot_rows.max_drift >= 0 && std::isfinite(hot_rows.max_drift))) {
-    return Invalid("client.hot_rows.max_drift: must be 0 or more, got ",
-                   hot_rows.max_drift);
+  if (!(hot_rows.sample_drift >= 0 && std::isfinite(hot_rows.sample_drift))) {
+    return Invalid("client.hot_rows.sample_drift: must be 0 or more, got ",
+                   hot_rows.sample_drift);
   }
   return CheckAtLeast<uint64_t>("client.hot_rows.max_rows", hot_rows.max_rows,
                                 1);

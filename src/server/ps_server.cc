@@ -325,8 +325,10 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   auto clock =
       JobClock(request.worker_id(), request.incarnation(), request.clock());
   if (!clock.ok()) return finish(clock.status());
+  // The push these rows serve: a pull ahead reads for the next one.
   Read read = [this, &request, reply, table, dense, keys, scratch,
-               leaving = std::move(check.leaving), clock = *clock] {
+               leaving = std::move(check.leaving),
+               serves = *clock + request.ahead()] {
     return ReadWhileHere(leaving, [&] {
       rpc::PullSparseResponse* response = &reply->message;
       TellMap(request.map_version(), response);
@@ -338,7 +340,7 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
         const uint64_t applies = aggregator_->applied_rounds();
         response->set_applied_rounds(applies);
         response->set_max_read_lag(ReadLagBound());
-        RecordRead(request.worker_id(), clock, applies);
+        RecordRead(request.worker_id(), serves, applies);
       }
       const ServerPace::Work work = pace_.Begin();
       aggregator_->PullSparse(request.worker_id(), table, keys, out);
@@ -538,7 +540,7 @@ uint64_t PsServer::ReadLagBound() const {
 
 void PsServer::RecordRead(uint32_t worker, uint64_t clock, uint64_t applies) {
   absl::MutexLock lock(&reads_mu_);
-  StepRead& read = step_reads_[worker];
+  StepRead& read = step_reads_[worker][clock % 2];
   if (read.clock != clock) read = {clock, applies};
 }
 
@@ -549,9 +551,10 @@ void PsServer::RecordCachedPush(uint32_t worker, uint64_t clock,
   auto it = step_reads_.find(worker);
   // A step that pulled nothing here: its reads are judged against the
   // applies now, which only makes the lag larger.
-  const uint64_t read_at = it != step_reads_.end() && it->second.clock == clock
-                               ? it->second.applies
-                               : aggregator_->applied_rounds();
+  const uint64_t read_at =
+      it != step_reads_.end() && it->second[clock % 2].clock == clock
+          ? it->second[clock % 2].applies
+          : aggregator_->applied_rounds();
   const uint64_t lag = read_at > oldest_read ? read_at - oldest_read : 0;
   ++cached_pushes_;
   ++read_lag_counts_[std::min<uint64_t>(lag, kReadLagBuckets - 1)];

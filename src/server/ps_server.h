@@ -24,6 +24,7 @@
 // Thread-safety: handlers run concurrently, on any threads.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -376,7 +377,9 @@ class PsServer final {
   // every larger lag).
   static constexpr size_t kReadLagBuckets = 33;
   mutable absl::Mutex reads_mu_;
-  absl::flat_hash_map<uint32_t, StepRead> step_reads_  // by worker
+  // By worker, the first read for each of its next two pushes (a pull
+  // ahead reads for the push after the next), at [clock % 2].
+  absl::flat_hash_map<uint32_t, std::array<StepRead, 2>> step_reads_
       ABSL_GUARDED_BY(reads_mu_);
   std::vector<uint64_t> read_lag_counts_ ABSL_GUARDED_BY(reads_mu_) =
       std::vector<uint64_t>(kReadLagBuckets, 0);

@@ -7,22 +7,27 @@
 
 namespace hetps {
 
-void Accumulator::Add(std::span<const uint64_t> keys,
+void Accumulator::Add(const UniqueKeys& unique,
                       std::span<const float> row_grads, uint64_t row_dim,
                       std::span<const float> dense_grad, uint32_t n) {
   const float w = static_cast<float>(n);
+  const std::vector<uint64_t>& keys = unique.keys();
+  batch_slots_.resize(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     auto [it, inserted] =
         index_.try_emplace(keys[i], static_cast<uint32_t>(keys_.size()));
     if (inserted) {
       keys_.push_back(keys[i]);
+      uses_.push_back(0);
       rows_.resize(rows_.size() + row_dim, 0.0f);
     }
+    batch_slots_[i] = it->second;
     float* dst = &rows_[static_cast<size_t>(it->second) * row_dim];
     for (uint64_t j = 0; j < row_dim; ++j) {
       dst[j] += w * row_grads[i * row_dim + j];
     }
   }
+  for (uint32_t p : unique.position()) ++uses_[batch_slots_[p]];
   dense_.resize(dense_grad.size(), 0.0f);
   for (size_t j = 0; j < dense_grad.size(); ++j) dense_[j] += w * dense_grad[j];
   samples_ += n;
@@ -39,6 +44,7 @@ void Accumulator::Finish() {
 void Accumulator::Clear() {
   index_.clear();
   keys_.clear();
+  uses_.clear();
   rows_.clear();
   dense_.clear();
   samples_ = 0;
@@ -65,8 +71,7 @@ void StepRunner::PullAhead(const Batch& batch, Step& step, uint64_t for_push) {
   auto done = std::make_shared<std::promise<absl::Status>>();
   ahead_ = done->get_future();
   ahead_pool_.Run([this, &step, for_push, done] {
-    // No cached row: the cache's lag bound counts per push.
-    done->set_value(PullRows(step, RowSource::kServers, for_push));
+    done->set_value(PullRows(step, RowSource::kCacheAllowed, for_push));
   });
 }
 

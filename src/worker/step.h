@@ -37,7 +37,9 @@ struct Step {
 // Gradients of push_freq batches summed, each weighted by its batch size.
 class Accumulator {
  public:
-  void Add(std::span<const uint64_t> keys, std::span<const float> row_grads,
+  // `unique`: the batch's keys (its distinct keys and each use's position
+  // among them), `row_grads` per distinct key.
+  void Add(const UniqueKeys& unique, std::span<const float> row_grads,
            uint64_t row_dim, std::span<const float> dense_grad, uint32_t n);
   // Turns the sums into the mean gradient of all samples added.
   void Finish();
@@ -46,12 +48,16 @@ class Accumulator {
   uint32_t batches() const { return batches_; }
   uint32_t samples() const { return samples_; }
   std::span<const uint64_t> keys() const { return keys_; }
+  // How many of the samples' feature slots used each key.
+  std::span<const uint32_t> uses() const { return uses_; }
   std::span<const float> rows() const { return rows_; }
   std::span<const float> dense() const { return dense_; }
 
  private:
   absl::flat_hash_map<uint64_t, uint32_t> index_;
   std::vector<uint64_t> keys_;
+  std::vector<uint32_t> uses_;
+  std::vector<uint32_t> batch_slots_;  // Add's distinct keys' places in keys_
   std::vector<float> rows_, dense_;
   uint32_t samples_ = 0;
   uint32_t batches_ = 0;

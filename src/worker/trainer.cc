@@ -28,7 +28,7 @@ absl::Status Trainer::Start() {
   steps_ = std::make_unique<StepRunner>(*model_, session_->client(),
                                         session_->device(), clock_);
   // The hot-row cache counts a row's lag per push: no pulls ahead there.
-  prefetch_ = config_.train.prefetch && !config_.client.hot_rows.enabled;
+  prefetch_ = config_.train.prefetch;
   spdlog::info("training {} ({}) on {} ({} slots, {} dense); {}",
                config_.train.model, IsaName(model_->isa()),
                config_.train.data.format, shape_.data.num_slots,
@@ -70,7 +70,7 @@ absl::StatusOr<bool> Trainer::TrainBatch() {
   }
   if (auto s = PullParameters(); !s.ok()) return s;
   session_->SetLoss(steps_->Compute(step_));
-  accumulated_.Add(step_.unique.keys(), step_.row_grads, model_->row_dim(),
+  accumulated_.Add(step_.unique, step_.row_grads, model_->row_dim(),
                    step_.dense_grad, static_cast<uint32_t>(*n));
   if (accumulated_.batches() >= session_->push_freq()) {
     if (auto s = PushAccumulated(); !s.ok()) return s;
@@ -116,9 +116,9 @@ absl::Status Trainer::PushAccumulated() {
   if (accumulated_.batches() == 0) return absl::OkStatus();
   accumulated_.Finish();
   const std::vector<TableConfig> tables = model_->Tables();
-  const TableGrad grads[] = {
-      {tables[0].name, accumulated_.keys(), accumulated_.rows()},
-      {tables[1].name, {}, accumulated_.dense()}};
+  const TableGrad grads[] = {{tables[0].name, accumulated_.keys(),
+                              accumulated_.rows(), accumulated_.uses()},
+                             {tables[1].name, {}, accumulated_.dense()}};
   const absl::Status s =
       session_->Push(grads, accumulated_.samples(), KeySet::kUnique);
   accumulated_.Clear();

@@ -4,6 +4,7 @@
 // lag is checked.
 #include "client/hot_row_cache.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "client/ps_client_factory.h"
@@ -18,6 +19,7 @@ HotRowsConfig Config(double hot_share, uint64_t max_rows = 100) {
   config.enabled = true;
   config.hot_share = hot_share;
   config.max_rows = max_rows;
+  config.sample_drift = 0;  // the servers' bound alone, unless a test says
   return config;
 }
 
@@ -45,7 +47,8 @@ TEST(HotRowCacheTest, ReadsOnlyRowsWithinTheBoundAndKeepsAtMostMaxRows) {
   auto kept = cache.Read(0, 7, /*known=*/12, /*bound=*/2, out);
   ASSERT_TRUE(kept.has_value());
   EXPECT_EQ(kept->version, 10u);
-  EXPECT_EQ(kept->lag, 2u) << "without max_drift a row's bound is the servers'";
+  EXPECT_EQ(kept->lag, 2u)
+      << "without sample_drift a row's bound is the servers'";
   EXPECT_EQ(out, row);
   EXPECT_EQ(cache.Read(0, 7, 13, 2, out), std::nullopt) << "3 applies behind";
   EXPECT_EQ(cache.Read(0, 9, 0, 2, out), std::nullopt);
@@ -61,33 +64,52 @@ TEST(HotRowCacheTest, ReadsOnlyRowsWithinTheBoundAndKeepsAtMostMaxRows) {
   EXPECT_TRUE(cache.Read(0, 9, 12, 2, out).has_value());
 }
 
-// max_drift 0.1: a row's own bound is the applies in which it moves a tenth
-// of its length, at the pace between the worker's last two reads of it.
-TEST(HotRowCacheTest, ARowsBoundFollowsHowFastItMoves) {
+// sample_drift 1: a row's own bound is the applies in which its drift
+// (relative to its length, at the pace between the worker's last two reads
+// of it) times its weight (its share of a push's samples times the push's
+// rows) reaches 1.
+TEST(HotRowCacheTest, ARowsBoundFollowsHowFastItMovesAndHowMuchItIsUsed) {
   HotRowsConfig config = Config(0.2);
-  config.max_drift = 0.1;
+  config.sample_drift = 1;
   HotRowCache cache(config);
   std::vector<float> out(2);
-  const uint64_t bound = 50;
-  // Seen once: no pace yet, read again from the server at the next apply.
+  const uint64_t bound = 2000;
+  // Seen once: no pace yet, so the typical bound (none measured: 0).
   cache.Store(0, 1, 0, std::vector<float>{3.0f, 4.0f});
   ASSERT_TRUE(cache.Read(0, 1, 0, bound, out).has_value());
   EXPECT_EQ(cache.Read(0, 1, 1, bound, out), std::nullopt);
-  // Moved by 0.5 (a tenth of its length 5) in 4 applies: bound 4.
+  // A push of 4 rows over 8 samples, key 1 used 3 times: weight
+  // 3 / 8 * 4 = 1.5. Keys not kept are passed over.
+  cache.NotePush(0, std::vector<uint64_t>{1, 5, 6, 7},
+                 std::vector<uint32_t>{3, 1, 1, 2}, 8);
+  EXPECT_EQ(cache.Read(0, 1, 1, bound, out), std::nullopt) << "no pace yet";
+  // Moved by 0.5, 1/11 of its new length 5.5, in 4 applies: pace 1/44 a
+  // apply, times weight 1.5: bound 44 / 1.5 = 29.3 applies.
   cache.Store(0, 1, 4, std::vector<float>{3.3f, 4.4f});
-  auto kept = cache.Read(0, 1, 8, bound, out);
+  auto kept = cache.Read(0, 1, 4 + 29, bound, out);
   ASSERT_TRUE(kept.has_value());
-  EXPECT_EQ(kept->lag, 4u);
+  EXPECT_EQ(kept->lag, 29u);
   EXPECT_EQ(out, (std::vector<float>{3.3f, 4.4f}));
-  EXPECT_EQ(cache.Read(0, 1, 9, bound, out), std::nullopt);
-  // About a quarter of that pace: moved 0.1375, 2.45% of its new length
-  // 5.61, in 4 applies: bound 0.1 * 4 / 0.0245 = 16.3, so 16.
-  cache.Store(0, 1, 8, std::vector<float>{3.3f, 4.4f + 0.1375f});
-  kept = cache.Read(0, 1, 8, bound, out);
+  EXPECT_EQ(cache.Read(0, 1, 4 + 30, bound, out), std::nullopt);
+  // Used less: once in a push of 3 rows over 8 samples, weight 0.375, 4
+  // times less: bound 117.3 — within the servers' bound, which still holds.
+  cache.NotePush(0, std::vector<uint64_t>{1, 5, 6},
+                 std::vector<uint32_t>{1, 3, 1}, 8);
+  kept = cache.Read(0, 1, 4 + 117, bound, out);
   ASSERT_TRUE(kept.has_value());
-  EXPECT_EQ(kept->lag, 16u);
+  EXPECT_EQ(kept->lag, 117u);
+  EXPECT_EQ(cache.Read(0, 1, 4 + 118, bound, out), std::nullopt);
+  kept = cache.Read(0, 1, 4 + 50, 50, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->lag, 50u);
+  EXPECT_EQ(cache.Read(0, 1, 4 + 51, 50, out), std::nullopt);
+  // Without uses each key counts once: 1 / 4 * 3 rows, weight 0.75.
+  cache.NotePush(0, std::vector<uint64_t>{1, 9, 10}, {}, 4);
+  kept = cache.Read(0, 1, 4, bound, out);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->lag, 58u);
   // A row that did not move at all is read up to the servers' bound.
-  cache.Store(0, 1, 9, std::vector<float>{3.3f, 4.4f + 0.1375f});
+  cache.Store(0, 1, 9, std::vector<float>{3.3f, 4.4f});
   kept = cache.Read(0, 1, 9, bound, out);
   ASSERT_TRUE(kept.has_value());
   EXPECT_EQ(kept->lag, bound);
@@ -96,8 +118,8 @@ TEST(HotRowCacheTest, ARowsBoundFollowsHowFastItMoves) {
   ASSERT_TRUE(cache.Read(0, 1, 9, bound, out).has_value());
   EXPECT_EQ(out[0], 3.3f);
   // A row seen for the first time starts with the table's typical bound:
-  // the moving average over 64 measures of 4, 16 and 1024 (the unmoved
-  // row, counted up to 1024) from 0 is 16.3.
+  // the moving average over 64 measures of 29 and 1024 (the unmoved row,
+  // counted up to 1024) from 0 is 16.5.
   cache.Store(0, 2, 9, std::vector<float>{1.0f, 1.0f});
   kept = cache.Read(0, 2, 9, bound, out);
   ASSERT_TRUE(kept.has_value());
@@ -159,6 +181,17 @@ class HotRowClientTest : public ::testing::Test {
             .ok());
   }
 
+  // The servers' record: two pushes from kept rows, one 1 apply and one 2
+  // applies behind, none over the bound.
+  static void ExpectOneLagOfOneAndOneOfTwo(const AggregatorStats& record) {
+    EXPECT_EQ(record.cached_pushes(), 2u);
+    ASSERT_GE(record.read_lag_counts_size(), 3);
+    EXPECT_EQ(record.read_lag_counts(1), 1u);
+    EXPECT_EQ(record.read_lag_counts(2), 1u);
+    EXPECT_EQ(record.max_read_lag(), 2u);
+    EXPECT_EQ(record.read_lag_violations(), 0u);
+  }
+
   const HotRowsConfig hot_rows_;
   std::unique_ptr<ServerNode> node_;
 };
@@ -186,12 +219,7 @@ TEST_F(HotRowClientTest, KeptRowsAreReadWithinTheBoundThenPulledAgain) {
   EXPECT_EQ(record.read_lag_bound(), 2u);
   // The pushes after the second and third pulls read the version-0 copy
   // when the server was 1 and 2 applies past it.
-  EXPECT_EQ(record.cached_pushes(), 2u);
-  ASSERT_GE(record.read_lag_counts_size(), 3);
-  EXPECT_EQ(record.read_lag_counts(1), 1u);
-  EXPECT_EQ(record.read_lag_counts(2), 1u);
-  EXPECT_EQ(record.max_read_lag(), 2u);
-  EXPECT_EQ(record.read_lag_violations(), 0u);
+  ExpectOneLagOfOneAndOneOfTwo(record);
 }
 
 // An evaluation reads the servers' rows even where a copy is kept.
@@ -232,14 +260,42 @@ TEST_F(HotRowClientTest, ACopyFoundOverTheBoundByThePullIsPulledAgain) {
   EXPECT_EQ(a->pull_stats().cached_rows, 0u);
 }
 
-// max_drift 0.5 within a bound of 8 applies: each row is read from its copy
-// for as many applies as it takes to move half its length at its own pace.
+// A pull ahead (train.prefetch) reads kept rows for the push after the
+// next: that push carries their version, and the server judges its lag
+// against that pull, while the push between is judged against its own
+// step's pull, which the pull ahead, answered first, does not replace.
+TEST_F(HotRowClientTest, KeptRowsReadAheadCountForThePushTheyServe) {
+  auto a = Client(0);
+  auto b = Client(1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(Pull(*a, 7), 0.0f);  // kept at version 0
+  Push(*a, 7, 1.0f);             // a's clock 0: apply 1, the server -1
+  EXPECT_EQ(Pull(*a, 7), 0.0f) << "the step of clock 1 reads the copy";
+  Push(*b, 9, 1.0f);  // apply 2
+  const uint64_t key = 7;
+  float value = -100;
+  ASSERT_TRUE(a->PullSparse("emb", {&key, 1}, {&value, 1}, KeySet::kUnique,
+                            RowSource::kCacheAllowed, nullptr,
+                            /*for_push=*/a->clock() + 1)
+                  .ok());
+  EXPECT_EQ(value, 0.0f) << "read ahead from the copy, two applies old";
+  EXPECT_EQ(a->pull_stats().cached_rows, 2u);
+  Push(*a, 7, 1.0f);  // clock 1: its step's pull was answered at apply 1
+  Push(*a, 7, 1.0f);  // clock 2: read ahead, answered at apply 2
+  ExpectOneLagOfOneAndOneOfTwo(node_->ps().Info().stats());
+}
+
+// sample_drift 1 within a bound of 8 applies, each push carrying keys 7
+// and 8 of one sample (weight 1 / 1 * 2 = 2 each): each row is read from
+// its copy for as many applies as it takes to move half its length at its
+// own pace.
 class DriftClientTest : public HotRowClientTest {
  protected:
   static HotRowsConfig ByDrift() {
     HotRowsConfig config = Config(0.2);
     config.max_lag = 8;
-    config.max_drift = 0.5;
+    config.sample_drift = 1;
     return config;
   }
   DriftClientTest() : HotRowClientTest(ByDrift()) {}
@@ -250,6 +306,14 @@ class DriftClientTest : public HotRowClientTest {
     EXPECT_TRUE(client.PullSparse("emb", keys, rows).ok());
     return rows;
   }
+
+  // Key 7 moves by 1 (its gradient, summed), key 8 does not.
+  void Push(PsClient& client, std::vector<uint64_t> keys,
+            std::vector<float> grads) {
+    ASSERT_TRUE(
+        client.Push(std::vector<TableGrad>{{"emb", keys, grads}}, 1).ok());
+  }
+  void Push(PsClient& client) { Push(client, {7, 8}, {1.0f, 0.0f}); }
 };
 
 TEST_F(DriftClientTest, EachRowIsReadFromItsCopyAsLongAsItsOwnPaceAllows) {
@@ -257,23 +321,23 @@ TEST_F(DriftClientTest, EachRowIsReadFromItsCopyAsLongAsItsOwnPaceAllows) {
   ASSERT_NE(client, nullptr);
   // Key 7 takes a push (one apply) before every pull; key 8 never moves.
   EXPECT_EQ(Pull(*client), (std::vector<float>{0, 0}));  // kept, bound 0
-  Push(*client, 7, 1.0f);  // apply 1
+  Push(*client);                                         // apply 1
   // Both pulled again (no pace known yet). Key 7 moved its whole length in
-  // an apply (bound 0.5 * 1 / 1 = 0); key 8 did not move (bound 8).
+  // an apply (bound 1 / (1 * 2) = 0); key 8 did not move (bound 8).
   EXPECT_EQ(Pull(*client), (std::vector<float>{-1, 0}));
   EXPECT_EQ(client->pull_stats().pulled_rows, 4u);
-  Push(*client, 7, 1.0f);  // apply 2
-  // Key 7 pulled (-2: it moved half its length, bound 0.5 * 1 / 0.5 = 1),
+  Push(*client);  // apply 2
+  // Key 7 pulled (-2: it moved half its length, bound 1 / (0.5 * 2) = 1),
   // key 8 read from its copy.
   EXPECT_EQ(Pull(*client), (std::vector<float>{-2, 0}));
   EXPECT_EQ(client->pull_stats().pulled_rows, 5u);
   EXPECT_EQ(client->pull_stats().cached_rows, 1u);
-  Push(*client, 7, 1.0f);  // apply 3: the server holds -3
+  Push(*client);  // apply 3: the server holds -3
   // Both from their copies: key 7's is one apply old, its bound.
   EXPECT_EQ(Pull(*client), (std::vector<float>{-2, 0}));
   EXPECT_EQ(client->pull_stats().pulled_rows, 5u);
   EXPECT_EQ(client->pull_stats().cached_rows, 3u);
-  Push(*client, 7, 1.0f);  // apply 4: key 7's copy is 2 applies old
+  Push(*client);  // apply 4: key 7's copy is 2 applies old
   EXPECT_EQ(Pull(*client), (std::vector<float>{-4, 0}));
   EXPECT_EQ(client->pull_stats().pulled_rows, 6u);
   EXPECT_EQ(client->pull_stats().cached_rows, 4u);
@@ -284,6 +348,36 @@ TEST_F(DriftClientTest, EachRowIsReadFromItsCopyAsLongAsItsOwnPaceAllows) {
   EXPECT_EQ(record.read_lag_bound(), 8u);
   EXPECT_EQ(record.max_read_lag(), 2u);
   EXPECT_EQ(record.read_lag_violations(), 0u);
+}
+
+// The same pushes with key 7 twice in each (its gradient in two halves):
+// the client counts both uses, key 7 weighs 2 / 1 * 2 = 4, and at the pace
+// that let it be read from its copy above it is pulled every time.
+TEST_F(DriftClientTest, ARowUsedTwiceInAPushWeighsTwice) {
+  auto client = Client(0);
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(Pull(*client), (std::vector<float>{0, 0}));
+  for (float server = -1; server >= -3; --server) {
+    Push(*client, {7, 8, 7}, {0.5f, 0.0f, 0.5f});
+    EXPECT_EQ(Pull(*client)[0], server) << "bound 0: always pulled";
+  }
+  // Pulled: both rows twice, then key 7 alone twice; key 8 from its copy.
+  EXPECT_EQ(client->pull_stats().pulled_rows, 6u);
+  EXPECT_EQ(client->pull_stats().cached_rows, 2u);
+}
+
+// A push whose uses do not match its keys is refused whole.
+TEST_F(DriftClientTest, UsesThatDoNotMatchTheKeysAreRefused) {
+  auto client = Client(0);
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys{7, 8};
+  const std::vector<float> grads{1.0f, 1.0f};
+  const std::vector<uint32_t> uses{1};
+  const absl::Status s =
+      client->Push(std::vector<TableGrad>{{"emb", keys, grads, uses}}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("uses for 1"));
+  EXPECT_EQ(Pull(*client), (std::vector<float>{0, 0})) << "nothing applied";
 }
 
 }  // namespace

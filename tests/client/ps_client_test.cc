@@ -226,7 +226,7 @@ class PsClientPullAheadTest : public ::testing::Test {
 // A pull for the push after the next (train.prefetch): in sync the rows of
 // the next step exist once the round of this step's push closes, so the
 // pull, sent before that push, is answered with the push applied. Only one
-// step ahead, and no cached rows.
+// step ahead.
 TEST_F(PsClientPullAheadTest, ASyncPullAheadIsAnsweredWithThePushAfterIt) {
   auto client = Connect();
   ASSERT_TRUE(client.ok()) << client.status();

@@ -279,8 +279,8 @@ TEST(JobConfigTest, ValidationNamesTheField) {
                                    "be in (0, 1], got 0")));
   EXPECT_THAT(
       ValidateYaml("mode: async\n"
-                   "client: {hot_rows: {enabled: true, max_drift: -0.1}}\n"),
-      StatusIs(kInvalid, HasSubstr("client.hot_rows.max_drift: must "
+                   "client: {hot_rows: {enabled: true, sample_drift: -0.1}}\n"),
+      StatusIs(kInvalid, HasSubstr("client.hot_rows.sample_drift: must "
                                    "be 0 or more, got -0.1")));
   EXPECT_TRUE(
       ValidateYaml("mode: async\nclient: {hot_rows: {enabled: true}}\n").ok());
