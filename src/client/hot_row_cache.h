@@ -90,8 +90,8 @@ class HotRowCache {
     std::vector<uint32_t> free;  // slots given back
     absl::flat_hash_map<uint64_t, Entry> rows;
     // With sample_drift: the lag bounds measured lately (a moving average
-    // over the reads that measured a pace), which a row not measured yet
-    // has.
+    // over the reads that measured the pace of a row with a weight), which
+    // a row not measured yet has.
     double typical_lag = 0;
   };
   // With sample_drift: `e`'s bound from its pace and weight once both are

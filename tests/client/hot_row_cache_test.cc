@@ -83,7 +83,7 @@ TEST(HotRowCacheTest, ARowsBoundFollowsHowFastItMovesAndHowMuchItIsUsed) {
   cache.NotePush(0, std::vector<uint64_t>{1, 5, 6, 7},
                  std::vector<uint32_t>{3, 1, 1, 2}, 8);
   EXPECT_EQ(cache.Read(0, 1, 1, bound, out), std::nullopt) << "no pace yet";
-  // Moved by 0.5, 1/11 of its new length 5.5, in 4 applies: pace 1/44 a
+  // Moved by 0.5, 1/11 of its new length 5.5, in 4 applies: pace 1/44 an
   // apply, times weight 1.5: bound 44 / 1.5 = 29.3 applies.
   cache.Store(0, 1, 4, std::vector<float>{3.3f, 4.4f});
   auto kept = cache.Read(0, 1, 4 + 29, bound, out);
