@@ -164,10 +164,17 @@ void AccessRecorder::Record(Access access, std::string_view table,
   uint32_t* const counts = scratch.rows.data();
   uint32_t* const touched = scratch.touched.data();
   size_t num_touched = 0;
-  for (uint64_t key : keys) {
-    const uint32_t b = BucketOfKey(key, num_buckets);
+  // Evenly spaced keys, from an offset that turns with every request, each
+  // standing for `stride` rows: every key is counted once in `stride`
+  // requests that repeat it, so the totals are exact over time.
+  const uint64_t request = requests_.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t stride = static_cast<uint32_t>(
+      (keys.size() + kCountedKeysPerRequest - 1) / kCountedKeysPerRequest);
+  for (size_t i = request % stride; i < keys.size(); i += stride) {
+    const uint32_t b = BucketOfKey(keys[i], num_buckets);
     touched[num_touched] = b;
-    num_touched += counts[b]++ == 0;
+    num_touched += counts[b] == 0;
+    counts[b] += stride;
   }
   const double row_ns = static_cast<double>(ns) / keys.size();
   {
@@ -184,12 +191,9 @@ void AccessRecorder::Record(Access access, std::string_view table,
     }
   }
 
-  // Evenly spaced keys, from an offset that moves with every request, each
-  // standing for `stride` keys.
-  const size_t stride =
+  // The sketch's keys are spaced the same way, more widely.
+  const size_t hot_stride =
       (keys.size() + kSampledKeysPerRequest - 1) / kSampledKeysPerRequest;
-  const size_t first =
-      requests_.fetch_add(1, std::memory_order_relaxed) % stride;
   const absl::Time now = clock_.Now();
   absl::MutexLock lock(&hot_mu_);
   for (; now >= next_halving_; next_halving_ += kHalfLife) {
@@ -197,8 +201,8 @@ void AccessRecorder::Record(Access access, std::string_view table,
     decayed_requests_ /= 2;
   }
   decayed_requests_ += 1;
-  for (size_t i = first; i < keys.size(); i += stride) {
-    hot_.Offer(table_id, keys[i], static_cast<double>(stride));
+  for (size_t i = request % hot_stride; i < keys.size(); i += hot_stride) {
+    hot_.Offer(table_id, keys[i], static_cast<double>(hot_stride));
   }
 }
 

@@ -148,5 +148,51 @@ TEST(AccessRecorderTest, AKeyInEveryRequestIsTheHottest) {
   EXPECT_GT(later.hot_keys(0).share(), 0.7);
 }
 
+// A request of more keys than are counted is counted from evenly spaced
+// keys, each for the spacing's rows: one request's total is its rows to
+// within the spacing, and `stride` requests of the same keys are counted
+// exactly, bucket by bucket.
+TEST(AccessRecorderTest, ALargeRequestsBucketsAreExactOverItsSpacing) {
+  testing::FakeClock clock;
+  constexpr uint32_t kBuckets = 64;
+  AccessRecorder recorder(kBuckets, {"item"}, clock);
+  constexpr size_t kKeys = 10 * AccessRecorder::kCountedKeysPerRequest + 7;
+  constexpr uint64_t kStride = 11;  // ⌈kKeys / kCountedKeysPerRequest⌉
+  std::mt19937_64 random(5);
+  std::vector<uint64_t> keys(kKeys);
+  for (uint64_t& key : keys) key = random();
+  std::vector<uint64_t> truth(kBuckets);
+  for (uint64_t key : keys) ++truth[BucketOfKey(key, kBuckets)];
+
+  auto pulled = [&recorder] {
+    rpc::AccessStats stats;
+    recorder.ToProto(&stats);
+    std::map<uint32_t, uint64_t> rows;
+    for (int i = 0; i < stats.buckets_size(); ++i) {
+      EXPECT_EQ(stats.bytes(i), 8 * stats.pulled_rows(i));
+      rows[stats.buckets(i)] = stats.pulled_rows(i);
+    }
+    return rows;
+  };
+  recorder.Record(Access::kPull, "item", keys, 8, absl::Microseconds(10));
+  uint64_t total = 0;
+  for (const auto& [bucket, rows] : pulled()) {
+    EXPECT_EQ(rows % kStride, 0u) << "bucket " << bucket;
+    total += rows;
+  }
+  EXPECT_GT(total + kStride, kKeys);
+  EXPECT_LT(total, kKeys + kStride);
+
+  for (uint64_t r = 1; r < kStride; ++r) {
+    recorder.Record(Access::kPull, "item", keys, 8, absl::Microseconds(10));
+  }
+  const std::map<uint32_t, uint64_t> rows = pulled();
+  for (uint32_t b = 0; b < kBuckets; ++b) {
+    const auto it = rows.find(b);
+    EXPECT_EQ(it == rows.end() ? 0 : it->second, kStride * truth[b])
+        << "bucket " << b;
+  }
+}
+
 }  // namespace
 }  // namespace hetps
