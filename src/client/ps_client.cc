@@ -105,18 +105,31 @@ std::vector<std::vector<uint32_t>> PartitionByServer(
 PushCall::Gradient GradientOf(const std::string& table, uint32_t dim,
                               std::span<const uint64_t> keys,
                               std::span<const float> values,
-                              std::span<const uint32_t> positions) {
+                              std::span<const uint32_t> positions,
+                              bool& finite) {
   PushCall::Gradient g;
   g.message.set_table(table);
   g.message.set_dim(dim);
   g.keys = TensorSlice<uint64_t>(positions.size());
   g.values = TensorSlice<float>(positions.size() * dim);
+  finite = true;
   ForEachRun(positions, [&](size_t i, uint32_t pos, size_t n) {
     std::memcpy(&g.keys.data[i], &keys[pos], n * sizeof(uint64_t));
-    std::memcpy(&g.values.data[i * dim], &values[size_t{pos} * dim],
-                n * dim * sizeof(float));
+    finite &= CopyFinite(values.subspan(size_t{pos} * dim, n * dim),
+                         &g.values.data[i * dim]);
   });
   return g;
+}
+
+// A push whose gradient for `grad.table` is not finite where the client
+// copied it: the caller's value and its index, or, when each of the
+// caller's values is finite, the sum that overflowed.
+absl::Status NonFinitePush(const TableGrad& grad) {
+  if (auto st = CheckFinite(grad.table, grad.values); !st.ok()) return st;
+  return absl::InvalidArgumentError(
+      absl::StrCat("table '", grad.table,
+                   "': the gradients of a repeated key sum to a non-finite "
+                   "value; push refused"));
 }
 
 }  // namespace
@@ -266,8 +279,9 @@ struct PsClient::Impl {
       auto positions = PartitionByServer(map, rows.keys, at);
       for (uint32_t s = 0; s < positions.size(); ++s) {
         if (positions[s].empty()) continue;
-        requests[s].gradients.push_back(
-            GradientOf(table, rows.dim, rows.keys, rows.values, positions[s]));
+        bool finite;  // checked when the push was first split
+        requests[s].gradients.push_back(GradientOf(
+            table, rows.dim, rows.keys, rows.values, positions[s], finite));
       }
     }
     targets.clear();
@@ -906,10 +920,14 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
     request.set_batch_size(batch_size);
     request.set_map_version(map->version());
   }
-  // Refused whole before anything is encoded or sent: no server applies a
-  // part of a bad push, and no error-feedback residual moves.
-  for (const TableGrad& grad : grads) {
-    if (auto st = CheckFinite(grad.table, grad.values); !st.ok()) return st;
+  // Refused whole before anything is sent: no server applies a part of a
+  // bad push. Raw values are checked as they are copied for the servers;
+  // encoded ones before any is encoded, so that no error-feedback residual
+  // moves.
+  if (spec != nullptr) {
+    for (const TableGrad& grad : grads) {
+      if (auto st = CheckFinite(grad.table, grad.values); !st.ok()) return st;
+    }
   }
   for (const TableGrad& grad : grads) {
     auto it = impl_->tables.find(grad.table);
@@ -935,7 +953,9 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         raw_value_bytes += slice.size() * sizeof(float);
         if (spec == nullptr) {
           g.values = TensorSlice<float>(slice.size());
-          std::copy(slice.begin(), slice.end(), g.values.data.begin());
+          if (!CopyFinite(slice, g.values.data.data())) {
+            return NonFinitePush(grad);
+          }
           sent_bytes += g.values.data.size_bytes();
           sent_value_bytes += g.values.data.size_bytes();
           has_content[s] = true;
@@ -994,17 +1014,14 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
         uses = summed_uses;
       }
     }
-    if (impl_->cache != nullptr) {
-      absl::MutexLock lock(&impl_->cache_mu);
-      impl_->cache->NotePush(impl_->CacheTableId(grad.table), keys, uses,
-                             batch_size);
-    }
     auto positions = PartitionByServer(*map, keys, at);
     const uint32_t d = static_cast<uint32_t>(dim);
     for (uint32_t s = 0; s < n; ++s) {
       if (positions[s].empty()) continue;
+      bool finite;
       PushCall::Gradient& g = requests[s].gradients.emplace_back(
-          GradientOf(grad.table, d, keys, values, positions[s]));
+          GradientOf(grad.table, d, keys, values, positions[s], finite));
+      if (!finite) return NonFinitePush(grad);
       const std::span<const uint64_t> k = g.keys.data;
       const std::span<const float> v = g.values.data;
       raw_bytes += k.size_bytes() + v.size_bytes();
@@ -1030,6 +1047,11 @@ absl::Status PsClient::Push(std::span<const TableGrad> grads,
       g.message.set_codec(static_cast<uint32_t>(spec->kind));
       sent_bytes += payload->size();
       sent_value_bytes += payload->size() - PayloadAddressBytes(*payload);
+    }
+    if (impl_->cache != nullptr) {
+      absl::MutexLock lock(&impl_->cache_mu);
+      impl_->cache->NotePush(impl_->CacheTableId(grad.table), keys, uses,
+                             batch_size);
     }
   }
   std::vector<uint32_t> targets;

@@ -4,7 +4,9 @@
 // without sleeping.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <thread>
 
@@ -159,6 +161,28 @@ TEST_F(PsClientTest, NonFiniteGradientsAreRefusedBeforeAnythingIsSent) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(),
               HasSubstr("non-finite gradient value nan at index 1"));
+  EXPECT_EQ(plan_.calls("Push"), 0);
+  EXPECT_EQ((*client)->clock(), 0u);
+
+  // Found as the rows are copied for the servers, the caller's index named.
+  const uint64_t keys[] = {3, 4, 5};
+  const std::vector<float> later = {1, 2, 3, 4, -INFINITY, 6};
+  const TableGrad later_grads[] = {{"emb", keys, later}};
+  const absl::Status unique = (*client)->Push(later_grads, 1, KeySet::kUnique);
+  EXPECT_EQ(unique.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unique.message(),
+              HasSubstr("non-finite gradient value -inf at index 4"));
+
+  // Finite values of a repeated key whose sum is not.
+  const uint64_t twice[] = {7, 7};
+  const float big = std::numeric_limits<float>::max();
+  const std::vector<float> huge = {big, 1, big, 1};
+  const TableGrad huge_grads[] = {{"emb", twice, huge}};
+  const absl::Status summed = (*client)->Push(huge_grads, 1);
+  EXPECT_EQ(summed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summed.message(),
+              HasSubstr("table 'emb': the gradients of a repeated key sum to "
+                        "a non-finite value"));
   EXPECT_EQ(plan_.calls("Push"), 0);
   EXPECT_EQ((*client)->clock(), 0u);
 }

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -65,6 +66,16 @@ TEST(FiniteTest, AgreesWithIsFiniteOnRandomBitPatterns) {
       }
     }
     ASSERT_EQ(FirstNonFinite(values), expected) << "round " << round;
+    // The copy with the check: every bit copied (NaNs' payloads too), the
+    // same verdict.
+    std::vector<float> copy(values.size() + 1, 0.5f);
+    ASSERT_EQ(CopyFinite(values, copy.data()), expected < 0)
+        << "round " << round;
+    ASSERT_EQ(
+        std::memcmp(copy.data(), values.data(), values.size() * sizeof(float)),
+        0)
+        << "round " << round;
+    ASSERT_EQ(copy.back(), 0.5f) << "wrote past the end";
   }
 }
 
