@@ -7,6 +7,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -22,7 +23,7 @@ static_assert(std::endian::native == std::endian::little,
 // elements are copied into `scratch` and the view points there. The view
 // lives as long as both arguments are unchanged.
 template <typename T>
-std::span<const T> ViewAs(const std::string& bytes, std::vector<T>& scratch) {
+std::span<const T> ViewAs(std::string_view bytes, std::vector<T>& scratch) {
   static_assert(std::is_trivially_copyable_v<T>);
   const size_t n = bytes.size() / sizeof(T);
   if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(T) == 0) {

@@ -1,6 +1,7 @@
 #include "common/tensor_calls.h"
 
 #include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,6 +9,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/finite.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
 
 namespace hetps {
 namespace {
@@ -46,7 +51,115 @@ class GrpcCalls final : public TensorCalls {
   grpc::TemplatedGenericStub<PullSparseCall, PulledRows> pull_;
 };
 
+using google::protobuf::internal::WireFormatLite;
+
+uint32_t BytesTag(uint32_t field) {
+  return WireFormatLite::MakeTag(field,
+                                 WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+}
+
+// Reads the `length` bytes of a field from `in` into a buffer of their own,
+// a gRPC buffer at a time; with `finite` (else null), also whether the
+// whole floats among them are all finite, each checked right after it is
+// copied, while it is in the cache.
+bool ReadTensor(google::protobuf::io::CodedInputStream& in, uint32_t length,
+                grpc::Slice* out, bool* finite) {
+  *out = length == 0 ? grpc::Slice() : NewTensorBuffer(length);
+  auto* to = const_cast<uint8_t*>(out->begin());
+  bool any_bad = false;
+  size_t copied = 0;
+  size_t checked = 0;  // floats
+  while (copied < length) {
+    const void* data = nullptr;
+    int size = 0;
+    if (!in.GetDirectBufferPointer(&data, &size) || size <= 0) return false;
+    const size_t take = std::min<size_t>(size, length - copied);
+    std::memcpy(to + copied, data, take);
+    in.Skip(static_cast<int>(take));
+    copied += take;
+    if (finite != nullptr) {
+      const size_t whole = copied / sizeof(float);
+      any_bad |=
+          AnyNonFinite<false>(reinterpret_cast<const float*>(to) + checked,
+                              whole - checked, nullptr);
+      checked = whole;
+    }
+  }
+  if (finite != nullptr) *finite = !any_bad;
+  return true;
+}
+
+// One TableGradient of `length` bytes: its raw keys and values into
+// `tensors`, its other fields into `message`.
+bool ReadGradient(google::protobuf::io::CodedInputStream& in, uint32_t length,
+                  rpc::TableGradient* message, ReceivedPush::Tensors* tensors) {
+  const auto limit = in.PushLimit(static_cast<int>(length));
+  std::string fields;
+  {
+    google::protobuf::io::StringOutputStream stream(&fields);
+    google::protobuf::io::CodedOutputStream fields_out(&stream);
+    while (const uint32_t tag = in.ReadTag()) {
+      const bool keys = tag == BytesTag(rpc::TableGradient::kKeysFieldNumber);
+      if (keys || tag == BytesTag(rpc::TableGradient::kValuesFieldNumber)) {
+        // A length past the gradient's end allocates nothing.
+        uint32_t size = 0;
+        if (!in.ReadVarint32(&size) ||
+            size > static_cast<uint32_t>(in.BytesUntilLimit())) {
+          return false;
+        }
+        const bool read =
+            keys ? ReadTensor(in, size, &tensors->keys, nullptr)
+                 : ReadTensor(in, size, &tensors->values, &tensors->finite);
+        if (!read) return false;
+      } else if (!WireFormatLite::SkipField(&in, tag, &fields_out)) {
+        return false;
+      }
+    }
+  }
+  if (in.BytesUntilLimit() != 0) return false;
+  in.PopLimit(limit);
+  return message->ParseFromString(fields);
+}
+
 }  // namespace
+
+grpc::Status ParsePush(grpc::ByteBuffer* buffer, ReceivedPush* push) {
+  struct Consume {
+    grpc::ByteBuffer* buffer;
+    ~Consume() { buffer->Clear(); }
+  } consume{buffer};
+  const grpc::Status malformed(grpc::StatusCode::INVALID_ARGUMENT,
+                               "push: the request is not a PushRequest");
+  std::string rest;  // the top-level fields but the gradients
+  std::vector<rpc::TableGradient> gradients;
+  const size_t total = buffer->Length();
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    if (!reader.status().ok()) return malformed;
+    google::protobuf::io::CodedInputStream in(&reader);
+    google::protobuf::io::StringOutputStream rest_stream(&rest);
+    google::protobuf::io::CodedOutputStream rest_out(&rest_stream);
+    while (const uint32_t tag = in.ReadTag()) {
+      if (tag == BytesTag(rpc::PushRequest::kGradientsFieldNumber)) {
+        uint32_t length = 0;
+        if (!in.ReadVarint32(&length) ||
+            length > total - static_cast<size_t>(in.CurrentPosition()) ||
+            !ReadGradient(in, length, &gradients.emplace_back(),
+                          &push->gradients.emplace_back())) {
+          return malformed;
+        }
+      } else if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
+        return malformed;
+      }
+    }
+    if (!in.ConsumedEntireMessage()) return malformed;
+  }
+  if (!push->message.ParseFromString(rest)) return malformed;
+  for (rpc::TableGradient& g : gradients) {
+    *push->message.add_gradients() = std::move(g);
+  }
+  return grpc::Status::OK;
+}
 
 std::unique_ptr<TensorCalls> GrpcTensorCalls(
     std::shared_ptr<grpc::ChannelInterface> channel) {

@@ -37,6 +37,25 @@ struct PushCall {
   std::vector<Gradient> gradients;
 };
 
+// A PushRequest as a server reads it: `message` with its gradients' other
+// fields, and each gradient's raw keys and values (`gradients[i]` those of
+// message.gradients(i)) in buffers of their own, copied once out of gRPC's
+// buffers (64-byte aligned; a codec's payload in `values` as it came).
+struct ReceivedPush {
+  struct Tensors {
+    grpc::Slice keys;
+    grpc::Slice values;
+    // The values, read as floats, were checked on the way and are all
+    // finite (false: not checked, or some are not).
+    bool finite = false;
+  };
+  rpc::PushRequest message;
+  std::vector<Tensors> gradients;
+};
+
+// Parses a PushRequest, whoever wrote it, into `push`; consumes `buffer`.
+grpc::Status ParsePush(grpc::ByteBuffer* buffer, ReceivedPush* push);
+
 // A PullSparseRequest: `message` without its keys, then the keys.
 struct PullSparseCall {
   rpc::PullSparseRequest message;

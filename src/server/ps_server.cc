@@ -397,7 +397,8 @@ void PsServer::PullDense(grpc::ServerContextBase* context,
 }
 
 absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
-                              const rpc::PushRequest& request) {
+                              const rpc::PushRequest& request,
+                              std::span<const PushedGradient> gradients) {
   if (auto s = CheckProtocolVersion(request.protocol_version(), "push");
       !s.ok()) {
     return s;
@@ -417,24 +418,28 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
   view.batch_size = request.batch_size();
   // Scratch copies for payloads that arrive misaligned; they must outlive
   // the views, hence one per gradient, reserved so they never move.
-  std::vector<std::vector<uint64_t>> key_scratch(request.gradients_size());
-  std::vector<std::vector<float>> value_scratch(request.gradients_size());
-  for (int g = 0; g < request.gradients_size(); ++g) {
-    const rpc::TableGradient& grad = request.gradients(g);
+  std::vector<std::vector<uint64_t>> key_scratch(gradients.size());
+  std::vector<std::vector<float>> value_scratch(gradients.size());
+  for (size_t g = 0; g < gradients.size(); ++g) {
+    const rpc::TableGradient& grad = *gradients[g].message;
+    const std::string_view grad_keys = gradients[g].keys;
+    const std::string_view grad_values = gradients[g].values;
     const bool encoded = grad.codec() != 0;
-    if (encoded && !grad.keys().empty()) {
+    if (encoded && !grad_keys.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("table '", grad.table(),
                        "': an encoded gradient carries its keys in "
                        "its payload, but the keys field is set"));
     }
-    if (!encoded && grad.values().size() % sizeof(float) != 0) {
+    if (!encoded && grad_values.size() % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("table '", grad.table(), "': values field has ",
-                       grad.values().size(), " bytes, not a multiple of 4"));
+                       grad_values.size(), " bytes, not a multiple of 4"));
     }
     std::span<const float> values;
-    if (!encoded) values = ViewAs<float>(grad.values(), value_scratch[g]);
+    if (!encoded) values = ViewAs<float>(grad_values, value_scratch[g]);
+    // (Encoded values are decoded, then checked.)
+    const bool checked = !encoded && gradients[g].finite;
     // A decode failure names the table; nothing of the push is applied.
     auto refused = [&](const absl::Status& s) {
       return absl::InvalidArgumentError(
@@ -450,7 +455,7 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
       std::span<const uint64_t> keys;
       if (encoded) {
         if (auto s =
-                DecodeRows(grad.values(), static_cast<uint32_t>(table->dim()),
+                DecodeRows(grad_values, static_cast<uint32_t>(table->dim()),
                            config_.server.max_keys_per_request, &key_scratch[g],
                            &value_scratch[g]);
             !s.ok()) {
@@ -459,12 +464,12 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
         keys = key_scratch[g];
         values = value_scratch[g];
       } else {
-        if (grad.keys().size() % sizeof(uint64_t) != 0) {
+        if (grad_keys.size() % sizeof(uint64_t) != 0) {
           return absl::InvalidArgumentError(
               absl::StrCat("table '", grad.table(), "': keys field has ",
-                           grad.keys().size(), " bytes, not a multiple of 8"));
+                           grad_keys.size(), " bytes, not a multiple of 8"));
         }
-        keys = ViewAs<uint64_t>(grad.keys(), key_scratch[g]);
+        keys = ViewAs<uint64_t>(grad_keys, key_scratch[g]);
       }
       if (values.size() != keys.size() * table->dim()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -476,16 +481,18 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
           !s.ok()) {
         return s;
       }
-      if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
+      if (!checked) {
+        if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
+      }
       view.sparse.push_back({table, keys, values});
     } else if (DenseTable* table = dense_table(grad.table())) {
-      if (!grad.keys().empty()) {
+      if (!grad_keys.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "table '", grad.table(), "' is dense; push carries keys"));
       }
       if (encoded) {
         value_scratch[g].resize(table->length());
-        if (auto s = DecodeDense(grad.values(), value_scratch[g]); !s.ok()) {
+        if (auto s = DecodeDense(grad_values, value_scratch[g]); !s.ok()) {
           return refused(s);
         }
         values = value_scratch[g];
@@ -496,7 +503,9 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
             " values [", table->offset(), ", ",
             table->offset() + table->length(), "), push has ", values.size()));
       }
-      if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
+      if (!checked) {
+        if (auto s = CheckFinite(grad.table(), values); !s.ok()) return s;
+      }
       view.dense.push_back({table, values});
     } else {
       return absl::NotFoundError(
@@ -563,20 +572,53 @@ void PsServer::RecordCachedPush(uint32_t worker, uint64_t clock,
 }
 
 grpc::Status PsServer::Push(grpc::ServerContextBase* context,
+                            const ReceivedPush& push,
+                            rpc::PushResponse* response) {
+  const rpc::PushRequest& request = push.message;
+  if (push.gradients.size() != static_cast<size_t>(request.gradients_size())) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "push: gradients parsed apart from their tensors");
+  }
+  std::vector<PushedGradient> gradients;
+  gradients.reserve(push.gradients.size());
+  for (size_t g = 0; g < push.gradients.size(); ++g) {
+    const ReceivedPush::Tensors& t = push.gradients[g];
+    gradients.push_back(
+        {&request.gradients(static_cast<int>(g)),
+         {reinterpret_cast<const char*>(t.keys.begin()), t.keys.size()},
+         {reinterpret_cast<const char*>(t.values.begin()), t.values.size()},
+         t.finite});
+  }
+  return Push(context, request, gradients, response);
+}
+
+grpc::Status PsServer::Push(grpc::ServerContextBase* context,
                             const rpc::PushRequest* request,
                             rpc::PushResponse* response) {
+  std::vector<PushedGradient> gradients;
+  gradients.reserve(request->gradients_size());
+  for (const rpc::TableGradient& g : request->gradients()) {
+    gradients.push_back({&g, g.keys(), g.values(), /*finite=*/false});
+  }
+  return Push(context, *request, gradients, response);
+}
+
+grpc::Status PsServer::Push(grpc::ServerContextBase* context,
+                            const rpc::PushRequest& request,
+                            std::span<const PushedGradient> gradients,
+                            rpc::PushResponse* response) {
   const absl::Time start = clock_.Now();
-  absl::Status status = DoPush(context, *request);
+  absl::Status status = DoPush(context, request, gradients);
   push_latency_.Observe(clock_.Now() - start);
   if (IsMovedError(status)) {
-    spdlog::debug("push from worker {} refused: {}", request->worker_id(),
+    spdlog::debug("push from worker {} refused: {}", request.worker_id(),
                   status.ToString());
   } else if (!status.ok()) {
-    spdlog::warn("push from worker {} refused: {}", request->worker_id(),
+    spdlog::warn("push from worker {} refused: {}", request.worker_id(),
                  status.ToString());
   }
   response->set_applied_rounds(aggregator_->applied_rounds());
-  TellMap(request->map_version(), response);
+  TellMap(request.map_version(), response);
   return ToGrpcStatus(status);
 }
 

@@ -29,7 +29,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,6 +42,7 @@
 #include "common/clock.h"
 #include "common/slices.h"
 #include "common/task_pool.h"
+#include "common/tensor_calls.h"
 #include "hetps.grpc.pb.h"
 #include "hetps/config.h"
 #include "server/aggregator.h"
@@ -84,6 +87,9 @@ class PsServer final {
   void PullDense(grpc::ServerContextBase* context,
                  const rpc::PullDenseRequest* request,
                  rpc::PullDenseResponse* response, Done done);
+  // A push as the service parsed it (ParsePush), or as a message.
+  grpc::Status Push(grpc::ServerContextBase* context, const ReceivedPush& push,
+                    rpc::PushResponse* response);
   grpc::Status Push(grpc::ServerContextBase* context,
                     const rpc::PushRequest* request,
                     rpc::PushResponse* response);
@@ -202,8 +208,22 @@ class PsServer final {
   // pull of `worker_id` (PullDense, or along a PullSparse).
   void ReadDense(uint32_t worker_id, DenseTable* table,
                  rpc::PullDenseResponse* response);
+  // One gradient of a push: `message` names the table (and codec); its
+  // raw keys and values are `keys` and `values`, wherever they are kept;
+  // `finite`: the values were checked already, and are all finite.
+  struct PushedGradient {
+    const rpc::TableGradient* message;
+    std::string_view keys;
+    std::string_view values;
+    bool finite;
+  };
+  grpc::Status Push(grpc::ServerContextBase* context,
+                    const rpc::PushRequest& request,
+                    std::span<const PushedGradient> gradients,
+                    rpc::PushResponse* response);
   absl::Status DoPush(grpc::ServerContextBase* context,
-                      const rpc::PushRequest& request);
+                      const rpc::PushRequest& request,
+                      std::span<const PushedGradient> gradients);
   // What CheckKeys needs to know of a pull, and tells of it.
   struct ReadCheck {
     // The clock its rows must be current to: the pull's, plus `ahead`.

@@ -83,10 +83,25 @@ grpc::ServerUnaryReactor* PsService::PullDense(
 }
 
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
-                                          const rpc::PushRequest* request,
-                                          rpc::PushResponse* response) {
-  return Run(context, server_->RunsInline(),
-             [=, this] { return server_->Push(context, request, response); });
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) {
+  auto push = std::make_shared<ReceivedPush>();
+  grpc::ByteBuffer bytes = *request;  // shares the slices: parsing takes them
+  if (grpc::Status parsed = ParsePush(&bytes, push.get()); !parsed.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(parsed);
+    return reactor;
+  }
+  return Run(context, server_->RunsInline(), [=, this] {
+    rpc::PushResponse answer;
+    grpc::Status status = server_->Push(context, *push, &answer);
+    if (status.ok()) {
+      bool own_buffer;
+      status = grpc::SerializationTraits<rpc::PushResponse>::Serialize(
+          answer, response, &own_buffer);
+    }
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* PsService::GetTableInfo(

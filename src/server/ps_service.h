@@ -21,8 +21,9 @@
 namespace hetps {
 
 class PsService final
-    : public rpc::ParameterServer::WithRawCallbackMethod_PullSparse<
-          rpc::ParameterServer::CallbackService> {
+    : public rpc::ParameterServer::WithRawCallbackMethod_Push<
+          rpc::ParameterServer::WithRawCallbackMethod_PullSparse<
+              rpc::ParameterServer::CallbackService>> {
  public:
   // `server` must outlive this.
   explicit PsService(PsServer* server);
@@ -36,9 +37,11 @@ class PsService final
       grpc::CallbackServerContext* context,
       const rpc::PullDenseRequest* request,
       rpc::PullDenseResponse* response) override;
+  // Raw: a push's keys and values are copied once out of gRPC's buffers,
+  // its values checked for NaN/Inf on the way (ParsePush).
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const rpc::PushRequest* request,
-                                 rpc::PushResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetTableInfo(
       grpc::CallbackServerContext* context,
       const rpc::TableInfoRequest* request,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -39,9 +40,8 @@ std::string AsBytes(std::span<const T> values) {
                      values.size_bytes());
 }
 
-// Large tensors go as slices of their own, small ones copied: both read
-// back as the fields they stand for, beside every other field.
-TEST(TensorCallsTest, APushCallParsesAsThePushRequest) {
+// A push of a large gradient, an encoded one and a small dense one.
+PushCall ThreeGradientPush() {
   PushCall call;
   call.message.set_worker_id(3);
   call.message.set_clock(41);
@@ -60,7 +60,15 @@ TEST(TensorCallsTest, APushCallParsesAsThePushRequest) {
   PushCall::Gradient& small = call.gradients[2];
   small.message.set_table("dense");
   small.values = Iota<float>(3, -1.0f);
+  return call;
+}
 
+// Large tensors go as slices of their own, small ones copied: both read
+// back as the fields they stand for, beside every other field.
+TEST(TensorCallsTest, APushCallParsesAsThePushRequest) {
+  const PushCall call = ThreeGradientPush();
+  const PushCall::Gradient& large = call.gradients[0];
+  const PushCall::Gradient& small = call.gradients[2];
   grpc::ByteBuffer buffer;
   bool own = false;
   ASSERT_TRUE(
@@ -199,6 +207,121 @@ TEST(TensorCallsTest, AReplyThatDoesNotFitIsRefusedBeforeAnyRowIsWritten) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << s.error_message();
     EXPECT_EQ(rows, std::vector<float>(4, -1.0f));
   }
+}
+
+std::string SliceBytes(const grpc::Slice& slice) {
+  return std::string(reinterpret_cast<const char*>(slice.begin()),
+                     slice.size());
+}
+
+// A server reads a push whoever wrote it: a client's PushCall (its
+// message fields before the tensors) and a plain protobuf message (fields
+// in number order, a codec after its payload), in whatever slices gRPC
+// received them: each gradient's keys and values in buffers of their own,
+// the rest in the message, and whether the values are finite.
+TEST(TensorCallsTest, APushIsParsedWithItsTensorsApartAndTheirValuesChecked) {
+  PushCall call = ThreeGradientPush();
+  call.message.set_oldest_read(9);
+  const PushCall::Gradient& emb = call.gradients[0];
+  PushCall::Gradient& bad = call.gradients[2];
+  bad.values.data[2] = std::numeric_limits<float>::infinity();
+  grpc::ByteBuffer from_client;
+  bool own = false;
+  ASSERT_TRUE(
+      grpc::SerializationTraits<PushCall>::Serialize(call, &from_client, &own)
+          .ok());
+  rpc::PushRequest message;
+  message.set_worker_id(4);
+  message.set_batch_size(2);
+  rpc::TableGradient* encoded = message.add_gradients();
+  encoded->set_table("wide");
+  encoded->set_values("a codec's payload");
+  encoded->set_codec(2);
+  rpc::TableGradient* nan = message.add_gradients();
+  nan->set_table("dense");
+  const float nan_values[] = {1, std::numeric_limits<float>::quiet_NaN()};
+  nan->set_values(std::string(reinterpret_cast<const char*>(nan_values),
+                              sizeof(nan_values)));
+  const std::string plain = message.SerializeAsString();
+  grpc::Slice plain_slice(plain);
+
+  for (size_t size : {size_t{7}, size_t{4096}, size_t{1} << 20}) {
+    SCOPED_TRACE(size);
+    ReceivedPush push;
+    grpc::ByteBuffer resliced = Resliced(from_client, size);
+    ASSERT_TRUE(ParsePush(&resliced, &push).ok());
+    EXPECT_EQ(push.message.worker_id(), 3u);
+    EXPECT_EQ(push.message.clock(), 41u);
+    EXPECT_EQ(push.message.oldest_read(), 9u);
+    ASSERT_EQ(push.message.gradients_size(), 3);
+    ASSERT_EQ(push.gradients.size(), 3u);
+    EXPECT_EQ(push.message.gradients(0).table(), "emb");
+    EXPECT_EQ(push.message.gradients(0).dim(), 16u);
+    EXPECT_EQ(push.message.gradients(0).keys(), "");
+    EXPECT_EQ(push.message.gradients(0).values(), "");
+    EXPECT_EQ(SliceBytes(push.gradients[0].keys),
+              AsBytes<uint64_t>(emb.keys.data));
+    EXPECT_EQ(SliceBytes(push.gradients[0].values),
+              AsBytes<float>(emb.values.data));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(push.gradients[0].values.begin()) %
+                  alignof(float),
+              0u);
+    EXPECT_TRUE(push.gradients[0].finite);
+    EXPECT_EQ(push.message.gradients(1).codec(), 2u);
+    EXPECT_EQ(SliceBytes(push.gradients[1].values), "a codec's payload");
+    EXPECT_EQ(push.message.gradients(2).table(), "dense");
+    EXPECT_EQ(push.gradients[2].keys.size(), 0u);
+    EXPECT_EQ(SliceBytes(push.gradients[2].values),
+              AsBytes<float>(bad.values.data));
+    EXPECT_FALSE(push.gradients[2].finite);
+
+    ReceivedPush parsed;
+    grpc::ByteBuffer plain_buffer(&plain_slice, 1);
+    grpc::ByteBuffer plain_resliced = Resliced(plain_buffer, size);
+    ASSERT_TRUE(ParsePush(&plain_resliced, &parsed).ok());
+    EXPECT_EQ(parsed.message.worker_id(), 4u);
+    EXPECT_EQ(parsed.message.batch_size(), 2u);
+    ASSERT_EQ(parsed.gradients.size(), 2u);
+    EXPECT_EQ(parsed.message.gradients(0).codec(), 2u);
+    EXPECT_EQ(SliceBytes(parsed.gradients[0].values), "a codec's payload");
+    EXPECT_EQ(parsed.gradients[0].keys.size(), 0u);
+    EXPECT_EQ(parsed.message.gradients(1).table(), "dense");
+    EXPECT_EQ(SliceBytes(parsed.gradients[1].values), nan->values());
+    EXPECT_FALSE(parsed.gradients[1].finite);
+  }
+}
+
+// A request cut short, or whose lengths run past its end, is refused,
+// allocating nothing for a length it does not carry.
+TEST(TensorCallsTest, APushCutShortOrWithLengthsPastItsEndIsRefused) {
+  rpc::PushRequest message;
+  message.set_worker_id(1);
+  rpc::TableGradient* g = message.add_gradients();
+  g->set_table("emb");
+  g->set_keys(std::string(80, 'k'));
+  g->set_values(std::string(40, 'v'));
+  const std::string whole = message.SerializeAsString();
+  // (The first two bytes are worker_id: a whole message on their own.)
+  ASSERT_EQ(whole.substr(0, 2), std::string("\x10\x01", 2));
+  for (size_t cut = 1; cut < whole.size(); ++cut) {
+    if (cut == 2) continue;
+    grpc::Slice slice(whole.substr(0, cut));
+    grpc::ByteBuffer buffer(&slice, 1);
+    ReceivedPush push;
+    EXPECT_FALSE(ParsePush(&buffer, &push).ok()) << "cut at " << cut;
+  }
+  // The gradient's keys claim 2^31 bytes inside a gradient of a few.
+  std::string huge = whole;
+  const size_t keys_at = huge.find(std::string(80, 'k'));
+  ASSERT_NE(keys_at, std::string::npos);
+  ASSERT_EQ(static_cast<uint8_t>(huge[keys_at - 1]), 80u);  // one-byte length
+  huge.replace(keys_at - 1, 1, std::string("\x80\x80\x80\x80\x08", 5));
+  grpc::Slice slice(huge);
+  grpc::ByteBuffer buffer(&slice, 1);
+  ReceivedPush push;
+  const grpc::Status s = ParsePush(&buffer, &push);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "push: the request is not a PushRequest");
 }
 
 // A large tensor buffer given back is the next one of its size: its pages
