@@ -160,12 +160,13 @@ struct ServerOptions {
 // window (semi_async) or one push of every worker (async) — and by at most
 // the row's own bound, from `sample_drift`. The servers enforce and record
 // theirs (AggregatorStats.read_lag_*). Sync reads exact rows: no cache
-// there. Off by default (`enabled`); the other defaults are one setting
-// for every data set: on the hetero reference cluster (semi_async) they
-// cut pulled bytes by 51-62% on MovieLens and on generated Criteo data
-// with Zipf ids, at AUCs within 0.0005 of the runs without the cache in
-// that sitting — at the edge of what 3-run medians resolve: 0.0028 lower
-// on Criteo data in a sitting at sample_drift 5 (docs/BENCHMARKS.md §10).
+// there. Off by default (`enabled`): on loopback it costs 1.5-2.5% of
+// samples/s (the client's bookkeeping) and pays where links are narrower
+// than the servers are slow. The other defaults are one setting for every
+// data set: on the hetero reference cluster (semi_async), 9 runs a cell,
+// they cut pulled bytes by 53-59% on MovieLens and on generated Criteo
+// data with Zipf ids, DeepFM and FM, at median and mean AUCs within
+// 0.0004 of the runs without the cache (docs/BENCHMARKS.md §10).
 struct HotRowsConfig {
   bool enabled = false;
   double hot_share = 0.002;
