@@ -125,12 +125,22 @@ void ExpectMovedOnce(const TrainedBucket& trained, PsServer& from,
   }
 }
 
-TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
-  TwoServers servers(TwoServerJob());
-  ASSERT_TRUE(servers.ok());
+// Two servers, server 0 holding a trained bucket (`trained`) that the
+// test moves to server 1.
+class MovedBucketTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(servers.ok());
+    trained = TrainBucket(*from.ps);
+  }
+
+  TwoServers servers{TwoServerJob()};
   LocalServer& from = servers.from;
   LocalServer& to = servers.to;
-  const TrainedBucket trained = TrainBucket(*from.ps);
+  TrainedBucket trained;
+};
+
+TEST_F(MovedBucketTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
   const uint32_t bucket = trained.bucket;
   const std::vector<uint64_t>& keys = trained.keys;
 
@@ -158,12 +168,7 @@ TEST(BucketMoverTest, CallsThatFailForAWhileAreMadeAgainAndNoRowIsLost) {
 // by the handover map is rare, where before every read of it was refused
 // there until an answer of the new owner came with the settled map (the
 // slowest pulls of a move: docs/BENCHMARKS.md §12, "Refused reads").
-TEST(BucketMoverTest, TheNewOwnerHasTheSettledMapBeforeTheOldOneGivesUp) {
-  TwoServers servers(TwoServerJob());
-  ASSERT_TRUE(servers.ok());
-  LocalServer& from = servers.from;
-  LocalServer& to = servers.to;
-  const TrainedBucket trained = TrainBucket(*from.ps);
+TEST_F(MovedBucketTest, TheNewOwnerHasTheSettledMapBeforeTheOldOneGivesUp) {
   const uint64_t first = from.ps->map_version();
   FaultPlan plan;
   // (old owner's, new owner's) map versions as each HandOver is made.
@@ -188,12 +193,7 @@ TEST(BucketMoverTest, TheNewOwnerHasTheSettledMapBeforeTheOldOneGivesUp) {
 // 0 restarted takes the running servers' map, the handover open in it,
 // and a new mover finishes it from that map: here the first mover's
 // TakeOver never gets through, after the old owner handed the rows over.
-TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
-  TwoServers servers(TwoServerJob());
-  ASSERT_TRUE(servers.ok());
-  LocalServer& from = servers.from;
-  LocalServer& to = servers.to;
-  const TrainedBucket trained = TrainBucket(*from.ps);
+TEST_F(MovedBucketTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
   const uint64_t first_version = from.ps->map_version();
 
   FaultPlan plan;
@@ -234,12 +234,7 @@ TEST(BucketMoverTest, AHandoverLeftOpenIsFinishedByAnotherMover) {
 // owner to it, and the old owner drops the rows. Before, a map with no
 // handover open was taken as done, and the old owner kept the older map:
 // every later move failed ("the servers hold different shard maps").
-TEST(BucketMoverTest, AServerLeftOnAnOlderMapIsBroughtToTheNewest) {
-  TwoServers servers(TwoServerJob());
-  ASSERT_TRUE(servers.ok());
-  LocalServer& from = servers.from;
-  LocalServer& to = servers.to;
-  const TrainedBucket trained = TrainBucket(*from.ps);
+TEST_F(MovedBucketTest, AServerLeftOnAnOlderMapIsBroughtToTheNewest) {
   const uint64_t first = from.ps->map_version();
 
   FaultPlan plan;
