@@ -26,6 +26,7 @@ template <typename T>
 std::span<const T> ViewAs(std::string_view bytes, std::vector<T>& scratch) {
   static_assert(std::is_trivially_copyable_v<T>);
   const size_t n = bytes.size() / sizeof(T);
+  if (n == 0) return {};  // (an empty slice's data may be anywhere)
   if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(T) == 0) {
     return {reinterpret_cast<const T*>(bytes.data()), n};
   }

@@ -58,6 +58,15 @@ uint32_t BytesTag(uint32_t field) {
                                  WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 }
 
+// The next tag, where one must follow; 0 when it is cut short, is 0, or
+// takes more than five bytes (protobuf's parser refuses those;
+// CodedInputStream alone would take ten).
+uint32_t ReadTag(google::protobuf::io::CodedInputStream& in) {
+  const int at = in.CurrentPosition();
+  const uint32_t tag = in.ReadTag();
+  return in.CurrentPosition() - at <= 5 ? tag : 0;
+}
+
 // Reads the `length` bytes of a field from `in` into a buffer of their own,
 // a gRPC buffer at a time; with `finite` (else null), also whether the
 // whole floats among them are all finite, each checked right after it is
@@ -98,7 +107,9 @@ bool ReadGradient(google::protobuf::io::CodedInputStream& in, uint32_t length,
   {
     google::protobuf::io::StringOutputStream stream(&fields);
     google::protobuf::io::CodedOutputStream fields_out(&stream);
-    while (const uint32_t tag = in.ReadTag()) {
+    while (in.BytesUntilLimit() > 0) {
+      const uint32_t tag = ReadTag(in);
+      if (tag == 0) return false;
       const bool keys = tag == BytesTag(rpc::TableGradient::kKeysFieldNumber);
       if (keys || tag == BytesTag(rpc::TableGradient::kValuesFieldNumber)) {
         // A length past the gradient's end allocates nothing.
@@ -116,7 +127,6 @@ bool ReadGradient(google::protobuf::io::CodedInputStream& in, uint32_t length,
       }
     }
   }
-  if (in.BytesUntilLimit() != 0) return false;
   in.PopLimit(limit);
   return message->ParseFromString(fields);
 }
@@ -139,7 +149,9 @@ grpc::Status ParsePush(grpc::ByteBuffer* buffer, ReceivedPush* push) {
     google::protobuf::io::CodedInputStream in(&reader);
     google::protobuf::io::StringOutputStream rest_stream(&rest);
     google::protobuf::io::CodedOutputStream rest_out(&rest_stream);
-    while (const uint32_t tag = in.ReadTag()) {
+    while (static_cast<size_t>(in.CurrentPosition()) < total) {
+      const uint32_t tag = ReadTag(in);
+      if (tag == 0) return malformed;
       if (tag == BytesTag(rpc::PushRequest::kGradientsFieldNumber)) {
         uint32_t length = 0;
         if (!in.ReadVarint32(&length) ||
@@ -152,7 +164,6 @@ grpc::Status ParsePush(grpc::ByteBuffer* buffer, ReceivedPush* push) {
         return malformed;
       }
     }
-    if (!in.ConsumedEntireMessage()) return malformed;
   }
   if (!push->message.ParseFromString(rest)) return malformed;
   for (rpc::TableGradient& g : gradients) {

@@ -322,6 +322,23 @@ TEST(TensorCallsTest, APushCutShortOrWithLengthsPastItsEndIsRefused) {
   const grpc::Status s = ParsePush(&buffer, &push);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(s.error_message(), "push: the request is not a PushRequest");
+
+  // What protobuf refuses and protobuf's CodedInputStream alone would take
+  // (found by tests/fuzz/push_fuzzer): a tag of ten bytes, and a gradient
+  // that ends inside a tag, the message going on after it.
+  const std::string long_tag(
+      "\x20\x16\xd0\xd0\xd0\xd0\xd0\xd0\xd0\xd0\xb5\x48\x48\x48", 14);
+  const std::string cut_tag(
+      "\x2a\x17\x0a\x05nds\x10\x06\x22\x06\x22\x0c\0\0\0\0"
+      "\xff\xff\xff\xff\xff\xff\xff\xff\xb4",
+      25);
+  for (const std::string& bytes : {long_tag, cut_tag}) {
+    ASSERT_FALSE(rpc::PushRequest().ParseFromString(bytes));
+    grpc::Slice refused(bytes);
+    grpc::ByteBuffer refused_buffer(&refused, 1);
+    ReceivedPush refused_push;
+    EXPECT_FALSE(ParsePush(&refused_buffer, &refused_push).ok());
+  }
 }
 
 // A large tensor buffer given back is the next one of its size: its pages

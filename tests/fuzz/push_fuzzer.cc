@@ -1,17 +1,27 @@
-// Fuzzes PsServer::Push, the handler that validates and applies a worker's
-// gradients: raw keys and values, and codec payloads for both table kinds.
+// Fuzzes the server's push: ParsePush, which reads a push off the wire, and
+// PsServer::Push, which validates and applies a worker's gradients: raw
+// keys and values, and codec payloads for both table kinds.
 //
 // Input: one steering byte (server_fixture.h), then a serialized
-// rpc::PushRequest. Every input runs against a fresh server. Checked: the
-// answer is one of the documented codes; a refused push applies nothing
-// (no sparse row created, the dense slice unchanged, no round counted); an
-// accepted one counts one round and creates no more rows than it carried
-// keys.
+// rpc::PushRequest. The bytes, in gRPC buffers cut where the steering byte
+// says, are parsed by ParsePush and by protobuf: both must accept or both
+// refuse, and agree on every field (ParsePush's values marked finite
+// exactly when they are, when there are any). Every input that parses runs,
+// steered, through ParsePush against a fresh server. Checked: the answer is one
+// of the documented codes; a refused push applies nothing (no sparse row
+// created, the dense slice unchanged, no round counted); an accepted one counts
+// one round and creates no more rows than it carried keys.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
 
+#include "common/finite.h"
+#include "common/tensor_calls.h"
 #include "fuzz_check.h"
 #include "hetps/version.h"
 #include "server_fixture.h"
@@ -52,6 +62,53 @@ uint64_t KeysCarried(const rpc::PushRequest& request) {
   return keys;
 }
 
+// `bytes` in gRPC buffers of `size` bytes each (the last shorter).
+grpc::ByteBuffer InBuffers(std::string_view bytes, size_t size) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += size) {
+    slices.emplace_back(bytes.substr(at, size).data(),
+                        std::min(size, bytes.size() - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+std::string_view View(const grpc::Slice& slice) {
+  return {reinterpret_cast<const char*>(slice.begin()), slice.size()};
+}
+
+// ParsePush's reading of `bytes` against protobuf's `parsed` (nullptr: it
+// refused them).
+void ExpectSameParse(std::string_view bytes, size_t buffer_size,
+                     const rpc::PushRequest* parsed) {
+  grpc::ByteBuffer buffer = InBuffers(bytes, buffer_size);
+  ReceivedPush push;
+  const grpc::Status status = ParsePush(&buffer, &push);
+  FUZZ_CHECK(status.ok() == (parsed != nullptr));
+  if (!status.ok()) {
+    FUZZ_CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    return;
+  }
+  FUZZ_CHECK(push.gradients.size() ==
+             static_cast<size_t>(parsed->gradients_size()));
+  rpc::PushRequest whole = push.message;
+  for (size_t i = 0; i < push.gradients.size(); ++i) {
+    const ReceivedPush::Tensors& t = push.gradients[i];
+    rpc::TableGradient* g = whole.mutable_gradients(static_cast<int>(i));
+    FUZZ_CHECK(g->keys().empty() && g->values().empty());
+    g->set_keys(std::string(View(t.keys)));
+    g->set_values(std::string(View(t.values)));
+    std::vector<float> values(t.values.size() / sizeof(float));
+    if (!values.empty()) {
+      std::memcpy(values.data(), t.values.begin(),
+                  values.size() * sizeof(float));
+    }
+    // (A gradient without values was not checked: nothing to check.)
+    if (!values.empty()) FUZZ_CHECK(t.finite == (FirstNonFinite(values) < 0));
+    if (t.finite) FUZZ_CHECK(FirstNonFinite(values) < 0);
+  }
+  FUZZ_CHECK(whole.SerializeAsString() == parsed->SerializeAsString());
+}
+
 }  // namespace
 }  // namespace hetps::fuzz
 
@@ -60,15 +117,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hetps::fuzz;
   Quiet();
   if (size < 1) return 0;
+  const std::string_view bytes(reinterpret_cast<const char*>(data + 1),
+                               size - 1);
+  // Buffers of 1 to 31 bytes, or all in one: the steering byte's high bits.
+  const size_t buffer_size =
+      data[0] >> 3 == 0 ? bytes.size() + 1 : data[0] >> 3;
   rpc::PushRequest request;
-  if (!request.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
+  const bool parsed =
+      request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+  ExpectSameParse(bytes, buffer_size, parsed ? &request : nullptr);
+  if (!parsed) return 0;
   Steer(data[0], &request);
 
   std::unique_ptr<PsServer> server = MakeServer();
   const std::vector<float> dense_before = DenseValues(*server);
   grpc::ServerContext context;
   rpc::PushResponse response;
-  const grpc::Status status = server->Push(&context, &request, &response);
+  grpc::ByteBuffer steered =
+      InBuffers(request.SerializeAsString(), buffer_size);
+  ReceivedPush push;
+  FUZZ_CHECK(ParsePush(&steered, &push).ok());
+  const grpc::Status status = server->Push(&context, push, &response);
 
   FUZZ_CHECK(IsDocumentedCode(status.error_code()));
   const uint64_t rows = server->sparse_table("emb")->size();
