@@ -421,6 +421,18 @@ TEST_F(PsServerTest, NonFiniteGradientsAreRefusedWhole) {
   }
 }
 
+// A gradient without keys or values (as the wire allows: the fields are
+// simply absent) applies nothing and refuses nothing; its empty buffers are
+// never read (UBSan found them passed on to memcpy; push_fuzzer).
+TEST_F(PsServerTest, AGradientWithoutRowsAppliesNothing) {
+  ApplyOneGoodPush();
+  rpc::PushRequest req = GoodPush({}, 1.0f);
+  ASSERT_TRUE(req.gradients(0).keys().empty());
+  ASSERT_TRUE(req.gradients(0).values().empty());
+  EXPECT_TRUE(Push(req).ok());
+  ExpectUnchangedAndServing();
+}
+
 TEST_F(PsServerTest, OversizedRequestIsResourceExhausted) {
   ApplyOneGoodPush();
   std::vector<uint64_t> keys(1001);
