@@ -2,8 +2,10 @@
 // tensors in slices of their own (common/slices.h): a push's keys and
 // gradients and a pull's keys are written once, into the buffers the
 // transport sends, and a pull's rows go from gRPC's buffers straight to
-// where the caller wants them. On the wire they are the ordinary
-// PushRequest, PullSparseRequest and PullSparseResponse.
+// where the caller wants them; a server reads a push's tensors out of
+// gRPC's buffers once, into buffers of their own (ParsePush). On the wire
+// they are the ordinary PushRequest, PullSparseRequest and
+// PullSparseResponse.
 //
 // TensorCalls is PsClient's seam for these two calls, as the generated
 // stub is for the others (common/channel.h): the real one calls a server
