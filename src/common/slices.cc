@@ -2,11 +2,12 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -153,36 +154,63 @@ grpc::ByteBuffer SerializeWithBytesField(
   return out.Finish();
 }
 
+bool ReadFieldsApart(google::protobuf::io::CodedInputStream& in,
+                     std::span<const uint32_t> fields, const FieldReader& take,
+                     std::string* rest) {
+  google::protobuf::io::StringOutputStream rest_stream(rest);
+  google::protobuf::io::CodedOutputStream rest_out(&rest_stream);
+  while (in.BytesUntilLimit() > 0) {
+    const int at = in.CurrentPosition();
+    const uint32_t tag = in.ReadTag();
+    // (CodedInputStream alone takes tags of up to ten bytes.)
+    if (tag == 0 || in.CurrentPosition() - at > 5) return false;
+    const uint32_t field = WireFormatLite::GetTagFieldNumber(tag);
+    if (tag == LengthDelimitedTag(field) &&
+        std::find(fields.begin(), fields.end(), field) != fields.end()) {
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length) ||
+          length > static_cast<uint32_t>(in.BytesUntilLimit()) ||
+          !take(field, length, in)) {
+        return false;
+      }
+    } else if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 grpc::Status ParseWithBytesField(grpc::ByteBuffer* buffer,
                                  google::protobuf::MessageLite* message,
-                                 uint32_t field, const BytesFieldReader& take) {
+                                 uint32_t field, const BytesFieldReader& take,
+                                 const grpc::Status& malformed) {
   // The buffer is ours to free (gRPC hands a received message over).
   struct Consume {
     grpc::ByteBuffer* buffer;
     ~Consume() { buffer->Clear(); }
   } consume{buffer};
-  const grpc::Status malformed(
-      grpc::StatusCode::INTERNAL,
-      absl::StrCat("the reply is not a ", message->GetTypeName()));
-  // The message's other fields, as they came, parsed at the end.
-  std::string rest;
+  std::string rest;  // the message's other fields, parsed at the end
+  grpc::Status taken;
   {
+    const size_t total = buffer->Length();
     grpc::ProtoBufferReader reader(buffer);
-    if (!reader.status().ok()) return reader.status();
+    if (!reader.status().ok()) return malformed;
     google::protobuf::io::CodedInputStream in(&reader);
-    google::protobuf::io::StringOutputStream rest_stream(&rest);
-    google::protobuf::io::CodedOutputStream rest_out(&rest_stream);
-    const uint32_t tensor_tag = LengthDelimitedTag(field);
-    while (const uint32_t tag = in.ReadTag()) {
-      if (tag == tensor_tag) {
-        uint32_t length = 0;
-        if (!in.ReadVarint32(&length)) return malformed;
-        if (grpc::Status s = take(length, in); !s.ok()) return s;
-      } else if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
-        return malformed;
-      }
+    if (total > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return malformed;
     }
-    if (!in.ConsumedEntireMessage()) return malformed;
+    in.PushLimit(static_cast<int>(total));
+    const uint32_t fields[] = {field};
+    const bool read = ReadFieldsApart(
+        in, fields,
+        [&](uint32_t, uint32_t length,
+            google::protobuf::io::CodedInputStream& from) {
+          taken = take(length, from);
+          return taken.ok();
+        },
+        &rest);
+    if (!taken.ok()) return taken;
+    if (!read) return malformed;
   }
   if (!message->ParseFromString(rest)) return malformed;
   return grpc::Status::OK;

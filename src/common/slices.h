@@ -80,14 +80,29 @@ grpc::ByteBuffer SerializeWithBytesField(
     const google::protobuf::MessageLite& message, uint32_t field,
     grpc::Slice bytes);
 
+// Reads a message's fields from `in` up to its current limit: for each
+// length-delimited field whose number is in `fields`, `take(field, length,
+// in)` must read exactly its `length` bytes (false: the bytes are not
+// that field); every other field is copied into `rest` as it came. False
+// for bytes protobuf's own parser refuses (a tag cut short, 0 or of more
+// than five bytes, a length past the limit — before `take` sees it).
+using FieldReader =
+    std::function<bool(uint32_t field, uint32_t length,
+                       google::protobuf::io::CodedInputStream& in)>;
+bool ReadFieldsApart(google::protobuf::io::CodedInputStream& in,
+                     std::span<const uint32_t> fields, const FieldReader& take,
+                     std::string* rest);
+
 // Parses `buffer` into `message`, except its bytes field number `field`:
 // `take(length, in)` receives that field's length and must read exactly
 // that many bytes from `in`, or answer an error (the parse fails with it).
-// `take` is not called when the field is absent. Consumes `buffer`.
+// `take` is not called when the field is absent. Bytes that are not the
+// message answer `malformed`. Consumes `buffer`.
 using BytesFieldReader = std::function<grpc::Status(
     uint32_t length, google::protobuf::io::CodedInputStream& in)>;
 grpc::Status ParseWithBytesField(grpc::ByteBuffer* buffer,
                                  google::protobuf::MessageLite* message,
-                                 uint32_t field, const BytesFieldReader& take);
+                                 uint32_t field, const BytesFieldReader& take,
+                                 const grpc::Status& malformed);
 
 }  // namespace hetps

@@ -1,7 +1,6 @@
 #include "common/tensor_calls.h"
 
 #include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
 #include <cstring>
@@ -11,8 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/finite.h"
 #include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "google/protobuf/wire_format_lite.h"
 
 namespace hetps {
 namespace {
@@ -51,22 +48,6 @@ class GrpcCalls final : public TensorCalls {
   grpc::TemplatedGenericStub<PullSparseCall, PulledRows> pull_;
 };
 
-using google::protobuf::internal::WireFormatLite;
-
-uint32_t BytesTag(uint32_t field) {
-  return WireFormatLite::MakeTag(field,
-                                 WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
-}
-
-// The next tag, where one must follow; 0 when it is cut short, is 0, or
-// takes more than five bytes (protobuf's parser refuses those;
-// CodedInputStream alone would take ten).
-uint32_t ReadTag(google::protobuf::io::CodedInputStream& in) {
-  const int at = in.CurrentPosition();
-  const uint32_t tag = in.ReadTag();
-  return in.CurrentPosition() - at <= 5 ? tag : 0;
-}
-
 // Reads the `length` bytes of a field from `in` into a buffer of their own,
 // a gRPC buffer at a time; with `finite` (else null), also whether the
 // whole floats among them are all finite, each checked right after it is
@@ -103,69 +84,40 @@ bool ReadTensor(google::protobuf::io::CodedInputStream& in, uint32_t length,
 bool ReadGradient(google::protobuf::io::CodedInputStream& in, uint32_t length,
                   rpc::TableGradient* message, ReceivedPush::Tensors* tensors) {
   const auto limit = in.PushLimit(static_cast<int>(length));
+  constexpr uint32_t kTensors[] = {rpc::TableGradient::kKeysFieldNumber,
+                                   rpc::TableGradient::kValuesFieldNumber};
   std::string fields;
-  {
-    google::protobuf::io::StringOutputStream stream(&fields);
-    google::protobuf::io::CodedOutputStream fields_out(&stream);
-    while (in.BytesUntilLimit() > 0) {
-      const uint32_t tag = ReadTag(in);
-      if (tag == 0) return false;
-      const bool keys = tag == BytesTag(rpc::TableGradient::kKeysFieldNumber);
-      if (keys || tag == BytesTag(rpc::TableGradient::kValuesFieldNumber)) {
-        // A length past the gradient's end allocates nothing.
-        uint32_t size = 0;
-        if (!in.ReadVarint32(&size) ||
-            size > static_cast<uint32_t>(in.BytesUntilLimit())) {
-          return false;
-        }
-        const bool read =
-            keys ? ReadTensor(in, size, &tensors->keys, nullptr)
-                 : ReadTensor(in, size, &tensors->values, &tensors->finite);
-        if (!read) return false;
-      } else if (!WireFormatLite::SkipField(&in, tag, &fields_out)) {
-        return false;
-      }
-    }
-  }
+  const bool read = ReadFieldsApart(
+      in, kTensors,
+      [tensors](uint32_t field, uint32_t size,
+                google::protobuf::io::CodedInputStream& from) {
+        return field == rpc::TableGradient::kKeysFieldNumber
+                   ? ReadTensor(from, size, &tensors->keys, nullptr)
+                   : ReadTensor(from, size, &tensors->values, &tensors->finite);
+      },
+      &fields);
   in.PopLimit(limit);
-  return message->ParseFromString(fields);
+  return read && message->ParseFromString(fields);
 }
 
 }  // namespace
 
 grpc::Status ParsePush(grpc::ByteBuffer* buffer, ReceivedPush* push) {
-  struct Consume {
-    grpc::ByteBuffer* buffer;
-    ~Consume() { buffer->Clear(); }
-  } consume{buffer};
   const grpc::Status malformed(grpc::StatusCode::INVALID_ARGUMENT,
                                "push: the request is not a PushRequest");
-  std::string rest;  // the top-level fields but the gradients
   std::vector<rpc::TableGradient> gradients;
-  const size_t total = buffer->Length();
-  {
-    grpc::ProtoBufferReader reader(buffer);
-    if (!reader.status().ok()) return malformed;
-    google::protobuf::io::CodedInputStream in(&reader);
-    google::protobuf::io::StringOutputStream rest_stream(&rest);
-    google::protobuf::io::CodedOutputStream rest_out(&rest_stream);
-    while (static_cast<size_t>(in.CurrentPosition()) < total) {
-      const uint32_t tag = ReadTag(in);
-      if (tag == 0) return malformed;
-      if (tag == BytesTag(rpc::PushRequest::kGradientsFieldNumber)) {
-        uint32_t length = 0;
-        if (!in.ReadVarint32(&length) ||
-            length > total - static_cast<size_t>(in.CurrentPosition()) ||
-            !ReadGradient(in, length, &gradients.emplace_back(),
-                          &push->gradients.emplace_back())) {
-          return malformed;
-        }
-      } else if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
-        return malformed;
-      }
-    }
+  auto take = [&](uint32_t length, google::protobuf::io::CodedInputStream& in) {
+    return ReadGradient(in, length, &gradients.emplace_back(),
+                        &push->gradients.emplace_back())
+               ? grpc::Status::OK
+               : malformed;
+  };
+  if (grpc::Status s = ParseWithBytesField(
+          buffer, &push->message, rpc::PushRequest::kGradientsFieldNumber, take,
+          malformed);
+      !s.ok()) {
+    return s;
   }
-  if (!push->message.ParseFromString(rest)) return malformed;
   for (rpc::TableGradient& g : gradients) {
     *push->message.add_gradients() = std::move(g);
   }
@@ -277,7 +229,9 @@ Status SerializationTraits<hetps::PulledRows, void>::Deserialize(
   };
   if (Status s = hetps::ParseWithBytesField(
           buffer, &answer->message,
-          hetps::rpc::PullSparseResponse::kValuesFieldNumber, take);
+          hetps::rpc::PullSparseResponse::kValuesFieldNumber, take,
+          Status(StatusCode::INTERNAL,
+                 "the reply is not a PullSparseResponse"));
       !s.ok()) {
     return s;
   }
