@@ -80,7 +80,7 @@ void BM_Push(benchmark::State& state, const char* optimizer) {
 }
 
 void Sizes(benchmark::internal::Benchmark* b) {
-  for (int64_t count : {10'000, 100'000, 1'000'000}) {
+  for (int64_t count : {3'000, 10'000, 30'000, 100'000, 1'000'000}) {
     for (int64_t dim : {1, 16}) b->Args({count, dim});
   }
   b->ArgNames({"keys", "dim"})->Unit(benchmark::kMicrosecond)->UseRealTime();

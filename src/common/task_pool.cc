@@ -34,7 +34,14 @@ void TaskPool::Run(std::function<void()> task) {
   }
   running_.emplace_front();
   auto self = running_.begin();
-  *self = std::thread([this, self] { Loop(self); });
+  try {
+    *self = std::thread([this, self] { Loop(self); });
+  } catch (...) {
+    // No thread to be had: the task goes back to the caller, unrun.
+    running_.erase(self);
+    queue_.pop_back();
+    throw;
+  }
 }
 
 size_t TaskPool::threads() const {

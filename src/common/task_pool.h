@@ -36,7 +36,9 @@ class TaskPool {
   TaskPool& operator=(const TaskPool&) = delete;
 
   // Queues `task`; a thread runs it as soon as one is free (a new thread
-  // starts when none is idle and the bound allows).
+  // starts when none is idle and the bound allows). Throws
+  // std::system_error, with `task` not queued, when that thread cannot be
+  // started.
   void Run(std::function<void()> task);
 
   // Threads alive now.

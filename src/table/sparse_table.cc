@@ -1,7 +1,9 @@
 #include "table/sparse_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -15,7 +17,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
+#include "common/task_pool.h"
 #include "table/initializer.h"
 
 namespace hetps {
@@ -31,10 +35,19 @@ constexpr uint32_t kPrefetchAhead = 16;
 // 2-core EPYC: -8% at 100k rows, +25% at 1M rows).
 constexpr uint64_t kPrefetchMinRows = uint64_t{1} << 18;
 
-// Requests at least this large are grouped and processed by two threads.
-// Starting a thread costs tens of microseconds, which pays off only on
-// requests that take milliseconds (bench/table_bench.cc).
-constexpr size_t kParallelKeys = 200'000;
+// Requests of at least this much work (SplitWorth: keys times the floats
+// of a row, plus kKeyWork a key) are grouped and processed by two threads,
+// the caller and its helper (ThreadHelper). In process a split costs
+// ~20-30 us (table_bench, 2 cores: a 3,000 x 16 push 32 -> 50 us) and pays
+// from ~10k keys of dim 16 (push 121 -> 97 us). In a server it pays later:
+// the helper's core is the one gRPC and the clients use too, and rows move
+// between the cores' caches (push_pull_bench 1x1: 10k x 16 1.2x slower,
+// 30k x 16 level, 100k x 16 0.85-0.90x, 100k x 1 push 0.86-0.90x).
+constexpr uint64_t kParallelWork = 1'000'000;
+// A key's own work (hashing it twice, finding its row), in floats.
+constexpr uint64_t kKeyWork = 8;
+
+constexpr uint64_t kCacheLine = 64;
 
 // Larger requests are cut into pieces whose indices fit the 32-bit scratch.
 constexpr size_t kMaxChunk = size_t{1} << 31;
@@ -109,14 +122,56 @@ void PlaceKeys(std::span<const uint64_t> keys, size_t from, size_t to,
   }
 }
 
+// The calling thread's helper for the requests it splits: one thread kept
+// per caller (a server's gRPC or reader threads), so callers never wait on
+// each other's halves; it ends after idling like any TaskPool thread.
+TaskPool& ThreadHelper() {
+  thread_local TaskPool helper("table-helper", 1);
+  return helper;
+}
+
+// Until `done()`: the two threads of a split request meet between phases
+// microseconds apart, while a thread blocked in the kernel takes tens of
+// microseconds to wake on a virtual machine's idle core (3-5 such wakes
+// made a split 3,000-key push 5x slower); so spin first, yielding now and
+// then (on a busy core the other half may be waiting for this one), then
+// block.
+template <typename Done, typename Block>
+void SpinThenBlock(Done done, Block block) {
+  constexpr auto kSpinFor = std::chrono::microseconds(50);
+  const auto until = std::chrono::steady_clock::now() + kSpinFor;
+  for (uint32_t i = 1;; ++i) {
+    if (done()) return;
+    if (i % 64 == 0) {
+      if (std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::yield();
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  block();
+}
+
+void ArriveAndWait(std::latch& latch) {
+  latch.count_down();
+  SpinThenBlock([&] { return latch.try_wait(); }, [&] { latch.wait(); });
+}
+
+// Whether a request of `keys` keys, each touching `floats` floats of row
+// and values, is worth splitting between two threads.
+bool SplitWorth(size_t keys, uint64_t floats) {
+  return keys * (floats + kKeyWork) >= kParallelWork;
+}
+
 // Groups `keys` by stripe into `g` and calls fn(stripe, first, count) for
 // every stripe holding some, [first, first + count) being its positions.
-// Large requests are split between the calling thread and one helper: each
-// groups half of the keys, then processes a disjoint run of stripes holding
-// about half of them, so the two never contend for a stripe lock.
+// When `in_two`, the calling thread and its helper each group half of the
+// keys, then process a disjoint run of stripes holding about half of them,
+// so the two never contend for a stripe lock.
 template <typename Fn>
 void ForEachStripeGroup(std::span<const uint64_t> keys, uint32_t n,
-                        StripeGroups& g, Fn fn) {
+                        StripeGroups& g, bool in_two, Fn fn) {
   const size_t total = keys.size();
   if (g.order.size() < total) {
     g.order.resize(total);
@@ -161,7 +216,7 @@ void ForEachStripeGroup(std::span<const uint64_t> keys, uint32_t n,
     PlaceKeys(keys, 0, total, n, g.cursors[0].data(), g);
     run(0, n);
   };
-  if (total < kParallelKeys || n < 2) {
+  if (!in_two || n < 2) {
     sequential();
     return;
   }
@@ -174,26 +229,35 @@ void ForEachStripeGroup(std::span<const uint64_t> keys, uint32_t n,
     const size_t from = part == 0 ? 0 : total / 2;
     const size_t to = part == 0 ? total / 2 : total;
     CountStripes(keys, from, to, n, g.counts[part].data());
-    counted.arrive_and_wait();
+    ArriveAndWait(counted);
     const uint32_t split = lay_out(part);
     if (part == 0) mid = split;
     PlaceKeys(keys, from, to, n, g.cursors[part].data(), g);
-    placed.arrive_and_wait();
+    ArriveAndWait(placed);
     if (part == 0) {
       run(0, mid);
     } else {
       run(mid, n);
     }
   };
-  std::thread helper;
+  // `finished` is only spun on; `helped` is what may be destroyed as soon
+  // as its wait returns.
+  std::atomic<bool> finished = false;
+  absl::BlockingCounter helped(1);
   try {
-    helper = std::thread(share, 1);
+    ThreadHelper().Run([&] {
+      share(1);
+      finished.store(true, std::memory_order_release);
+      helped.DecrementCount();
+    });
   } catch (const std::system_error&) {
     sequential();  // no thread to be had: slower, still correct
     return;
   }
   share(0);
-  helper.join();
+  SpinThenBlock([&] { return finished.load(std::memory_order_acquire); },
+                [] {});
+  helped.Wait();
 }
 
 // Scratch for requests beyond this many keys is freed afterwards, so that a
@@ -308,8 +372,17 @@ void SparseTable::PullAhead(std::span<const uint64_t> keys,
   const uint64_t count_at = dim + state_width_;
   StripeGroups& g = ThreadGroups();
   float* const dst = out.data();
+  // Output rows narrower than a cache line share lines between the two
+  // threads' writes, which costs more than a split saves while the table
+  // sits in cache (1.5x at 10k x 1); once it misses, a split pays again
+  // (0.6x at 1M x 1; bench/table_bench.cc).
+  bool in_two = SplitWorth(keys.size(), row_stride_);
+  if (in_two && dim * sizeof(float) < kCacheLine) {
+    absl::MutexLock lock(&stripes_[0]->mu);
+    in_two = WorthPrefetching(*stripes_[0]);
+  }
   ForEachStripeGroup(
-      keys, static_cast<uint32_t>(stripes_.size()), g,
+      keys, static_cast<uint32_t>(stripes_.size()), g, in_two,
       [&](uint32_t s, uint32_t first, uint32_t count) {
         Stripe& stripe = *stripes_[s];
         const uint32_t* order = g.order.data() + first;
@@ -417,6 +490,7 @@ void SparseTable::ApplyPush(std::span<const uint64_t> keys,
   const Optimizer& opt = *optimizer_;
   ForEachStripeGroup(
       keys, static_cast<uint32_t>(stripes_.size()), g,
+      SplitWorth(keys.size(), row_stride_),
       [&](uint32_t s, uint32_t first, uint32_t count) {
         Stripe& stripe = *stripes_[s];
         const uint32_t* order = g.order.data() + first;

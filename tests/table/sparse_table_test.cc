@@ -339,9 +339,12 @@ TEST(SparseTableTest, ManyKeysAcrossStripes) {
 }
 
 TEST(SparseTableTest, LargePullWithDuplicatesCreatesEachRowOnce) {
-  // Large enough to be split between two threads; every key appears once in
-  // each half of the request, so both halves' copies meet in one stripe.
-  const TableConfig config = MakeSparseConfig(2, "sgd", "uniform");
+  // Large enough to be split between two threads (rows of a cache line:
+  // narrower ones split only on tables too large for the cache); every key
+  // appears once in each half of the request, so both halves' copies meet
+  // in one stripe.
+  constexpr uint64_t kDim = 16;
+  const TableConfig config = MakeSparseConfig(kDim, "sgd", "uniform");
   auto table = MakeTable(config, 64);
   constexpr uint64_t kDistinct = 150000;
   std::vector<uint64_t> keys;
@@ -351,10 +354,10 @@ TEST(SparseTableTest, LargePullWithDuplicatesCreatesEachRowOnce) {
   EXPECT_EQ(table->size(), kDistinct);
   size_t wrong = 0;
   for (uint64_t k = 0; k < kDistinct; ++k) {
-    for (uint64_t c = 0; c < 2; ++c) {
+    for (uint64_t c = 0; c < kDim; ++c) {
       const float expected = InitialValue(config.init, keys[k], c);
-      wrong += out[k * 2 + c] != expected;
-      wrong += out[(kDistinct + k) * 2 + c] != expected;
+      wrong += out[k * kDim + c] != expected;
+      wrong += out[(kDistinct + k) * kDim + c] != expected;
     }
   }
   EXPECT_EQ(wrong, 0u);
