@@ -20,10 +20,25 @@
 
 namespace hetps {
 
-class PsService final
-    : public rpc::ParameterServer::WithRawCallbackMethod_Push<
-          rpc::ParameterServer::WithRawCallbackMethod_PullSparse<
-              rpc::ParameterServer::CallbackService>> {
+namespace ps_service_internal {
+using Api = rpc::ParameterServer;
+// Every method on the callback API, PullSparse and Push raw. Spelled out,
+// not layered over CallbackService: a raw method over its typed callback
+// one hides that (clang's -Woverloaded-virtual). A method missing here
+// answers UNIMPLEMENTED, and its handler below fails to compile.
+using Base =
+    Api::WithRawCallbackMethod_PullSparse<Api::WithCallbackMethod_PullDense<
+        Api::WithRawCallbackMethod_Push<Api::WithCallbackMethod_GetTableInfo<
+            Api::WithCallbackMethod_UpdateMembership<
+                Api::WithCallbackMethod_Save<
+                    Api::WithCallbackMethod_PrepareMove<
+                        Api::WithCallbackMethod_AdoptShardMap<
+                            Api::WithCallbackMethod_HandOver<
+                                Api::WithCallbackMethod_TakeOver<
+                                    Api::Service>>>>>>>>>>;
+}  // namespace ps_service_internal
+
+class PsService final : public ps_service_internal::Base {
  public:
   // `server` must outlive this.
   explicit PsService(PsServer* server);
