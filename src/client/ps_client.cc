@@ -29,14 +29,9 @@
 #include "shard/shard_map.h"
 
 namespace hetps {
-namespace {
-
-// Refusals as "moved" (a bucket handed over) a request is split again
-// after before the error is returned.
-constexpr int kMovedRetries = 12;
-
-// The hot-row cache drops rows too old to be read every this many pulls.
-constexpr uint64_t kExpireEveryPulls = 64;
+// Of PsClient::Impl's members: named, not anonymous, since Impl has
+// external linkage (GCC's -Wsubobject-linkage in unity builds).
+namespace ps_client_internal {
 
 struct ServerConn {
   std::string endpoint;
@@ -67,6 +62,20 @@ class Latch {
   absl::Mutex mu_;
   size_t count_ ABSL_GUARDED_BY(mu_);
 };
+
+}  // namespace ps_client_internal
+using ps_client_internal::Latch;
+using ps_client_internal::ServerConn;
+using ps_client_internal::TableMeta;
+
+namespace {
+
+// Refusals as "moved" (a bucket handed over) a request is split again
+// after before the error is returned.
+constexpr int kMovedRetries = 12;
+
+// The hot-row cache drops rows too old to be read every this many pulls.
+constexpr uint64_t kExpireEveryPulls = 64;
 
 // Which server a key goes to: its owner at the request's clock (what a
 // push must do), or, for a read, first the server that still holds the rows
