@@ -37,7 +37,7 @@ void TaskPool::Run(std::function<void()> task) {
   try {
     *self = std::thread([this, self] { Loop(self); });
   } catch (...) {
-    // No thread to be had: the task goes back to the caller, unrun.
+    // No thread to be had: the task is dropped unrun, the caller told.
     running_.erase(self);
     queue_.pop_back();
     throw;

@@ -37,8 +37,8 @@ class TaskPool {
 
   // Queues `task`; a thread runs it as soon as one is free (a new thread
   // starts when none is idle and the bound allows). Throws
-  // std::system_error, with `task` not queued, when that thread cannot be
-  // started.
+  // std::system_error, with `task` dropped unrun, when that thread cannot
+  // be started.
   void Run(std::function<void()> task);
 
   // Threads alive now.
