@@ -42,7 +42,8 @@ constexpr uint64_t kPrefetchMinRows = uint64_t{1} << 18;
 // from ~10k keys of dim 16 (push 121 -> 97 us). In a server it pays later:
 // the helper's core is the one gRPC and the clients use too, and rows move
 // between the cores' caches (push_pull_bench 1x1: 10k x 16 1.2x slower,
-// 30k x 16 level, 100k x 16 0.85-0.90x, 100k x 1 push 0.86-0.90x).
+// 30k x 16 level, 100k x 16 0.85-0.95x, 100k x 1 push 0.85-0.93x;
+// docs/BENCHMARKS.md §1).
 constexpr uint64_t kParallelWork = 1'000'000;
 // A key's own work (hashing it twice, finding its row), in floats.
 constexpr uint64_t kKeyWork = 8;
@@ -374,8 +375,8 @@ void SparseTable::PullAhead(std::span<const uint64_t> keys,
   float* const dst = out.data();
   // Output rows narrower than a cache line share lines between the two
   // threads' writes, which costs more than a split saves while the table
-  // sits in cache (1.5x at 10k x 1); once it misses, a split pays again
-  // (0.6x at 1M x 1; bench/table_bench.cc).
+  // sits in cache (table_bench: 1.2x at 100k x 1); once it misses, a split
+  // pays again (0.6x at 1M x 1).
   bool in_two = SplitWorth(keys.size(), row_stride_);
   if (in_two && dim * sizeof(float) < kCacheLine) {
     absl::MutexLock lock(&stripes_[0]->mu);
