@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-targets=(codec_fuzzer push_fuzzer pull_fuzzer)
-jobs=3
+targets=(codec_fuzzer push_fuzzer pull_fuzzer frame_fuzzer)
+jobs=4
 
 scripts/build.sh build-fuzz -DHETPS_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
   -DHETPS_BUILD_TESTS=OFF -DHETPS_BUILD_BENCH=OFF

@@ -1,13 +1,22 @@
 #include "common/tensor_calls.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/generic/generic_stub.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/finite.h"
 #include "google/protobuf/io/coded_stream.h"
 
@@ -26,26 +35,297 @@ const std::string& PullSparseMethod() {
   return *name;
 }
 
+const std::string& TensorStreamMethod() {
+  static const std::string* name =
+      new std::string("/hetps.rpc.ParameterServer/TensorStream");
+  return *name;
+}
+
+using Clock = std::chrono::system_clock;
+
+// The calls on one TensorStream. Lives until gRPC is done with the stream
+// (OnDone) and no one holds it.
+class CallStream final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public std::enable_shared_from_this<CallStream> {
+ public:
+  // Where a call's answer goes.
+  struct Answer {
+    rpc::PushResponse* pushed = nullptr;  // a push's
+    PulledRows* pulled = nullptr;         // a pull's
+    TensorCalls::Done done;
+    Clock::time_point deadline;
+  };
+
+  static std::shared_ptr<CallStream> Open(
+      grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>& stub) {
+    std::shared_ptr<CallStream> stream(new CallStream());
+    stream->self_ = stream;
+    stub.PrepareBidiStreamingCall(&stream->context_, TensorStreamMethod(),
+                                  grpc::StubOptions(), stream.get());
+    stream->StartRead(&stream->in_);
+    stream->StartCall();
+    return stream;
+  }
+
+  // Sends a call of `kind` with request `body`; its answer goes to
+  // `answer`. False when the stream has ended: the call was not sent,
+  // and `answer.done` not called.
+  bool Call(rpc::TensorFrame::Kind kind, const grpc::ByteBuffer& body,
+            Answer& answer) {
+    rpc::TensorFrame header;
+    header.set_id(next_id_.fetch_add(1, std::memory_order_relaxed));
+    header.set_kind(kind);
+    grpc::ByteBuffer frame = WriteFrame(header, body);
+    const grpc::ByteBuffer* write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ended_) return false;
+      if (answer.deadline != Clock::time_point::max() &&
+          (!alarm_ || answer.deadline < alarm_at_)) {
+        ArmAlarm(answer.deadline);
+      }
+      pending_.emplace(header.id(), std::move(answer));
+      queue_.push_back(std::move(frame));
+      if (!writing_) {
+        writing_ = true;
+        write = &queue_.front();
+      }
+    }
+    if (write != nullptr) StartWrite(write);
+    return true;
+  }
+
+  bool ended() const {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+  // Ends the stream (its calls in flight fail) and waits until gRPC is
+  // done with it.
+  void Close() {
+    context_.TryCancel();
+    done_.WaitForNotification();
+  }
+
+  void OnWriteDone(bool ok) override {
+    const grpc::ByteBuffer* next = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.pop_front();
+      if (!ok) {
+        // The stream is ending: OnDone fails the calls.
+        queue_.clear();
+      } else if (!queue_.empty()) {
+        next = &queue_.front();
+      }
+      writing_ = next != nullptr;
+    }
+    if (next != nullptr) StartWrite(next);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    grpc::ByteBuffer frame = std::move(in_);
+    rpc::TensorFrame header;
+    grpc::ByteBuffer body;
+    if (!ReadFrame(&frame, &header, &body).ok()) {
+      // Not a frame: the server is not one this client can talk to.
+      {
+        absl::MutexLock lock(&mu_);
+        end_status_ =
+            grpc::Status(grpc::StatusCode::INTERNAL,
+                         "the server's TensorStream sent a malformed frame");
+      }
+      context_.TryCancel();
+      return;
+    }
+    StartRead(&in_);
+    std::optional<Answer> answer = Take(header.id());
+    if (!answer) return;  // past its deadline, already failed
+    grpc::Status status(static_cast<grpc::StatusCode>(header.code()),
+                        header.error());
+    if (status.ok()) {
+      status = answer->pushed != nullptr
+                   ? grpc::SerializationTraits<rpc::PushResponse>::Deserialize(
+                         &body, answer->pushed)
+                   : grpc::SerializationTraits<PulledRows>::Deserialize(
+                         &body, answer->pulled);
+    }
+    answer->done(std::move(status));
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::flat_hash_map<uint64_t, Answer> failed;
+    grpc::Status why;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      failed.swap(pending_);
+      why = end_status_.ok() ? status : end_status_;
+      alarm_.reset();
+    }
+    // A stream that broke or was cancelled fails its calls as unavailable,
+    // which callers retry; a status the server ended it with is theirs.
+    if (why.ok() || why.error_code() == grpc::StatusCode::CANCELLED) {
+      why = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                         absl::StrCat("the TensorStream to the server ended",
+                                      why.error_message().empty() ? "" : ": ",
+                                      why.error_message()));
+    }
+    for (auto& [id, answer] : failed) answer.done(why);
+    done_.Notify();
+    self_.reset();  // may delete this
+  }
+
+ private:
+  CallStream() = default;
+
+  std::optional<Answer> Take(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return std::nullopt;
+    Answer answer = std::move(it->second);
+    pending_.erase(it);
+    return answer;
+  }
+
+  // One alarm for the earliest deadline of the calls in flight: a call
+  // does not set one of its own (calls share a timeout, so a new call's
+  // deadline is rarely the earliest).
+  void ArmAlarm(Clock::time_point at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    alarm_at_ = at;
+    alarm_ = std::make_unique<grpc::Alarm>();  // cancels the one before
+    alarm_->Set(at, [weak = weak_from_this()](bool fired) {
+      if (!fired) return;
+      if (auto stream = weak.lock()) stream->FailLateCalls();
+    });
+  }
+
+  // Fails the calls past their deadline; arms the alarm for the next.
+  void FailLateCalls() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<Answer> late;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ended_) return;
+      const Clock::time_point now = Clock::now();
+      Clock::time_point next = Clock::time_point::max();
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.deadline <= now) {
+          late.push_back(std::move(it->second));
+          pending_.erase(it++);
+        } else {
+          next = std::min(next, it->second.deadline);
+          ++it;
+        }
+      }
+      if (next != Clock::time_point::max()) {
+        ArmAlarm(next);  // this alarm's object goes: gRPC allows it
+      } else {
+        alarm_at_ = Clock::time_point::max();
+      }
+    }
+    for (Answer& answer : late) {
+      answer.done(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                               "Deadline Exceeded"));
+    }
+  }
+
+  grpc::ClientContext context_;
+  grpc::ByteBuffer in_;
+  std::atomic<uint64_t> next_id_{0};
+  absl::Notification done_;
+  std::shared_ptr<CallStream> self_;  // until OnDone
+
+  mutable absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Answer> pending_ ABSL_GUARDED_BY(mu_);
+  // Frames to write, the front one being written when `writing_`.
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::Alarm> alarm_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point alarm_at_ ABSL_GUARDED_BY(mu_) = Clock::time_point::max();
+};
+
+size_t TensorBytes(const PushCall& call) {
+  size_t bytes = 0;
+  for (const PushCall::Gradient& g : call.gradients) {
+    bytes += g.keys.slice.size() + g.values.slice.size();
+  }
+  return bytes;
+}
+
 class GrpcCalls final : public TensorCalls {
  public:
   explicit GrpcCalls(std::shared_ptr<grpc::ChannelInterface> channel)
-      : push_(channel), pull_(channel) {}
+      : push_(channel), pull_(channel), frames_(channel) {}
+
+  ~GrpcCalls() override {
+    std::shared_ptr<CallStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = std::move(stream_);
+    }
+    if (stream) stream->Close();
+  }
 
   void Push(grpc::ClientContext* context, const PushCall* call,
             rpc::PushResponse* response, Done done) override {
-    push_.UnaryCall(context, PushMethod(), grpc::StubOptions(), call, response,
-                    std::move(done));
+    if (TensorBytes(*call) > kStreamMaxTensorBytes) {
+      push_.UnaryCall(context, PushMethod(), grpc::StubOptions(), call,
+                      response, std::move(done));
+      return;
+    }
+    grpc::ByteBuffer body;
+    bool own;
+    (void)grpc::SerializationTraits<PushCall>::Serialize(*call, &body, &own);
+    OnStream(rpc::TensorFrame::PUSH, body,
+             CallStream::Answer{.pushed = response,
+                                .done = std::move(done),
+                                .deadline = context->deadline()});
   }
 
   void PullSparse(grpc::ClientContext* context, const PullSparseCall* call,
                   PulledRows* answer, Done done) override {
-    pull_.UnaryCall(context, PullSparseMethod(), grpc::StubOptions(), call,
-                    answer, std::move(done));
+    if (std::max(call->keys.slice.size(),
+                 answer->positions.size() * answer->dim * sizeof(float)) >
+        kStreamMaxTensorBytes) {
+      pull_.UnaryCall(context, PullSparseMethod(), grpc::StubOptions(), call,
+                      answer, std::move(done));
+      return;
+    }
+    grpc::ByteBuffer body;
+    bool own;
+    (void)grpc::SerializationTraits<PullSparseCall>::Serialize(*call, &body,
+                                                               &own);
+    OnStream(rpc::TensorFrame::PULL_SPARSE, body,
+             CallStream::Answer{.pulled = answer,
+                                .done = std::move(done),
+                                .deadline = context->deadline()});
   }
 
  private:
+  void OnStream(rpc::TensorFrame::Kind kind, const grpc::ByteBuffer& body,
+                CallStream::Answer answer) {
+    std::shared_ptr<CallStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!stream_ || stream_->ended()) stream_ = CallStream::Open(frames_);
+      stream = stream_;
+    }
+    if (!stream->Call(kind, body, answer)) {
+      // It ended meanwhile: as a call on a broken connection would.
+      answer.done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "the TensorStream to the server ended"));
+    }
+  }
+
   grpc::TemplatedGenericStub<PushCall, rpc::PushResponse> push_;
   grpc::TemplatedGenericStub<PullSparseCall, PulledRows> pull_;
+  grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer> frames_;
+  absl::Mutex mu_;
+  std::shared_ptr<CallStream> stream_ ABSL_GUARDED_BY(mu_);
 };
 
 // Reads the `length` bytes of a field from `in` into a buffer of their own,
@@ -127,6 +407,53 @@ grpc::Status ParsePush(grpc::ByteBuffer* buffer, ReceivedPush* push) {
 std::unique_ptr<TensorCalls> GrpcTensorCalls(
     std::shared_ptr<grpc::ChannelInterface> channel) {
   return std::make_unique<GrpcCalls>(std::move(channel));
+}
+
+grpc::ByteBuffer WriteFrame(const rpc::TensorFrame& header,
+                            const grpc::ByteBuffer& body) {
+  WireWriter out;
+  out.Append(header);
+  const size_t length = body.Length();
+  if (length > 0) {
+    out.Field(rpc::TensorFrame::kBodyFieldNumber, length);
+    std::vector<grpc::Slice> slices;
+    (void)body.Dump(&slices);
+    for (grpc::Slice& slice : slices) out.Bytes(std::move(slice));
+  }
+  return out.Finish();
+}
+
+grpc::Status ReadFrame(grpc::ByteBuffer* frame, rpc::TensorFrame* header,
+                       grpc::ByteBuffer* body) {
+  const grpc::Status malformed(grpc::StatusCode::INVALID_ARGUMENT,
+                               "the frame is not a TensorFrame");
+  std::vector<grpc::Slice> slices;
+  if (!frame->Dump(&slices).ok()) return malformed;
+  size_t at = 0;
+  size_t length = 0;
+  if (grpc::Status s = ParseWithBytesField(
+          frame, header, rpc::TensorFrame::kBodyFieldNumber,
+          [&](uint32_t size, google::protobuf::io::CodedInputStream& in) {
+            at = static_cast<size_t>(in.CurrentPosition());
+            length = size;
+            return in.Skip(static_cast<int>(size)) ? grpc::Status::OK
+                                                   : malformed;
+          },
+          malformed);
+      !s.ok()) {
+    return s;
+  }
+  // The body: bytes [at, at + length) of the frame, in its own slices.
+  std::vector<grpc::Slice> parts;
+  size_t offset = 0;
+  for (const grpc::Slice& slice : slices) {
+    const size_t begin = std::max(at, offset);
+    const size_t end = std::min(at + length, offset + slice.size());
+    if (begin < end) parts.push_back(slice.sub(begin - offset, end - offset));
+    offset += slice.size();
+  }
+  *body = grpc::ByteBuffer(parts.data(), parts.size());
+  return grpc::Status::OK;
 }
 
 rpc::PullSparseRequest ToMessage(const PullSparseCall& call) {

@@ -11,6 +11,18 @@
 // stub is for the others (common/channel.h): the real one calls a server
 // over gRPC, tests hand in one that fails calls on purpose
 // (tests/support/faulty_stub.h).
+//
+// The real one sends a call whose tensors are small as a TensorFrame on
+// one stream to the server (ParameterServer.TensorStream), opened by the
+// first call and again by the first call after it ended: on a stream a
+// call costs no HTTP/2 stream of its own, which is most of gRPC's fixed
+// cost for a call of a few hundred KB (docs/BENCHMARKS.md section 1,
+// "Small calls on one stream"). Larger calls take the unary methods, where
+// one large answer does not hold up the others. Either way the caller
+// sees the same answers and errors: the call's deadline is kept by the
+// client, a stream that ends fails its calls in flight (UNAVAILABLE unless
+// the server ended it with another status), and the server handles a
+// frame as it would the unary call.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -108,6 +120,20 @@ class TensorCalls {
 // The real calls, over `channel`.
 std::unique_ptr<TensorCalls> GrpcTensorCalls(
     std::shared_ptr<grpc::ChannelInterface> channel);
+
+// The largest tensors, in bytes, a call on the stream carries each way:
+// a push's keys and values, a pull's keys and its answer's rows.
+inline constexpr size_t kStreamMaxTensorBytes = 768 << 10;
+
+// A TensorFrame's wire form: `header` (without `body`), then `body` as
+// its slices.
+grpc::ByteBuffer WriteFrame(const rpc::TensorFrame& header,
+                            const grpc::ByteBuffer& body);
+// Parses a frame into `header` (without `body`) and `body`, which shares
+// the frame's slices. Consumes `frame`. INVALID_ARGUMENT when the bytes
+// are not a TensorFrame.
+grpc::Status ReadFrame(grpc::ByteBuffer* frame, rpc::TensorFrame* header,
+                       grpc::ByteBuffer* body);
 
 // The request as the server parses it: for tests that look at what was
 // sent.

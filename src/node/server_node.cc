@@ -246,6 +246,7 @@ void ServerNode::Shutdown(absl::Duration grace) {
   if (coordinator_) coordinator_->Stop();
   if (checkpointer_) checkpointer_->Stop();
   if (membership_.joinable()) membership_.join();
+  if (service_) service_->CloseStreams();
   if (server_) {
     server_->Shutdown(absl::ToChronoTime(Clock::Real().WallNow() + grace));
     server_->Wait();

@@ -1,9 +1,14 @@
 #include "server/ps_service.h"
 
+#include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/slices.h"
+#include "common/tensor_calls.h"
 
 namespace hetps {
 
@@ -43,34 +48,76 @@ void PsService::Pull(grpc::CallbackServerContext* context,
   }
 }
 
-grpc::ServerUnaryReactor* PsService::PullSparse(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+void PsService::HandlePullSparse(grpc::CallbackServerContext* context,
+                                 grpc::ByteBuffer* request, Answer answer) {
   struct Call {
     rpc::PullSparseRequest request;
     PullSparseReply reply;
   };
   auto call = std::make_shared<Call>();
-  grpc::ByteBuffer bytes = *request;  // shares the slices: parsing takes them
   if (!grpc::SerializationTraits<rpc::PullSparseRequest>::Deserialize(
-           &bytes, &call->request)
+           request, &call->request)
            .ok()) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     "pull: the request is not a PullSparseRequest"));
-    return reactor;
+    answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "pull: the request is not a PullSparseRequest"),
+           {});
+    return;
   }
   Pull(context, &call->request, &call->reply, &PsServer::PullSparse,
-       [reactor, response, call](grpc::Status s) {
+       [answer = std::move(answer), call](grpc::Status s) {
+         grpc::ByteBuffer reply;
          if (s.ok()) {
-           *response = SerializeWithBytesField(
+           reply = SerializeWithBytesField(
                call->reply.message, rpc::PullSparseResponse::kValuesFieldNumber,
                std::move(call->reply.rows.slice));
          }
-         reactor->Finish(s);
+         answer(std::move(s), std::move(reply));
        });
+}
+
+void PsService::HandlePush(grpc::CallbackServerContext* context,
+                           grpc::ByteBuffer* request, Answer answer) {
+  auto push = std::make_shared<ReceivedPush>();
+  if (grpc::Status parsed = ParsePush(request, push.get()); !parsed.ok()) {
+    answer(std::move(parsed), {});
+    return;
+  }
+  auto handle = [this, context, push, answer = std::move(answer)] {
+    rpc::PushResponse reply;
+    grpc::Status status = server_->Push(context, *push, &reply);
+    grpc::ByteBuffer bytes;
+    if (status.ok()) {
+      bool own_buffer;
+      status = grpc::SerializationTraits<rpc::PushResponse>::Serialize(
+          reply, &bytes, &own_buffer);
+    }
+    answer(std::move(status), std::move(bytes));
+  };
+  if (server_->RunsInline()) {
+    PsServer::NoBlockingScope no_blocking;
+    handle();
+  } else {
+    blocking_.Run(std::move(handle));
+  }
+}
+
+grpc::ServerUnaryReactor* PsService::RawUnary(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response, Handler handle) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ByteBuffer bytes = *request;  // shares the slices: parsing takes them
+  (this->*handle)(context, &bytes,
+                  [reactor, response](grpc::Status s, grpc::ByteBuffer reply) {
+                    if (s.ok()) *response = std::move(reply);
+                    reactor->Finish(s);
+                  });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::PullSparse(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return RawUnary(context, request, response, &PsService::HandlePullSparse);
 }
 
 grpc::ServerUnaryReactor* PsService::PullDense(
@@ -85,23 +132,213 @@ grpc::ServerUnaryReactor* PsService::PullDense(
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
-  auto push = std::make_shared<ReceivedPush>();
-  grpc::ByteBuffer bytes = *request;  // shares the slices: parsing takes them
-  if (grpc::Status parsed = ParsePush(&bytes, push.get()); !parsed.ok()) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(parsed);
-    return reactor;
-  }
-  return Run(context, server_->RunsInline(), [=, this] {
-    rpc::PushResponse answer;
-    grpc::Status status = server_->Push(context, *push, &answer);
-    if (status.ok()) {
-      bool own_buffer;
-      status = grpc::SerializationTraits<rpc::PushResponse>::Serialize(
-          answer, response, &own_buffer);
+  return RawUnary(context, request, response, &PsService::HandlePush);
+}
+
+// One client's TensorStream. Each frame read is a call, handled as the
+// unary one (HandlePush, HandlePullSparse) while the next frame is read;
+// answers are written one at a time, in the order they are ready. The
+// stream is finished once no call runs and no answer is being written,
+// and either the client is done sending, or it must end now (CloseStreams,
+// a cancelled stream, a frame that is not one). A call still running
+// holds the stream open: it may use the stream's context.
+class PsService::StreamReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamReactor(PsService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {}
+
+  // Begins reading, or with `closing` ends the stream at once.
+  void Start(bool closing) {
+    if (closing) {
+      EndNow(ShuttingDown());
+    } else {
+      StartRead(&in_);
     }
-    return status;
-  });
+  }
+
+  void EndNow(grpc::Status status) {
+    Update([&] {
+      if (!end_now_) end_now_ = std::move(status);
+    });
+  }
+
+  // References beyond gRPC's, which ends with OnDone.
+  void Ref() {
+    absl::MutexLock lock(&mu_);
+    ++refs_;
+  }
+  void Unref() {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      last = --refs_ == 0;
+    }
+    if (last) delete this;
+  }
+
+  static grpc::Status ShuttingDown() {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the server is shutting down");
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Update([&] { reads_done_ = true; });
+      return;
+    }
+    grpc::ByteBuffer frame = std::move(in_);
+    rpc::TensorFrame header;
+    grpc::ByteBuffer body;
+    if (grpc::Status s = ReadFrame(&frame, &header, &body); !s.ok()) {
+      // No call to answer: the stream ends with the error.
+      Update([&] {
+        reads_done_ = true;
+        if (!end_now_) end_now_ = std::move(s);
+      });
+      return;
+    }
+    bool ending;
+    {
+      absl::MutexLock lock(&mu_);
+      ending = end_now_.has_value();
+      if (!ending) ++calls_;  // before the next read, which may end it
+    }
+    if (ending) return;  // its client sees the stream end, and calls again
+    StartRead(&in_);
+    service_->stream_calls_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t id = header.id();
+    const rpc::TensorFrame::Kind kind = header.kind();
+    Answer answer = [this, id, kind](grpc::Status s, grpc::ByteBuffer reply) {
+      Reply(id, kind, std::move(s), std::move(reply));
+    };
+    switch (kind) {
+      case rpc::TensorFrame::PUSH:
+        service_->HandlePush(context_, &body, std::move(answer));
+        break;
+      case rpc::TensorFrame::PULL_SPARSE:
+        service_->HandlePullSparse(context_, &body, std::move(answer));
+        break;
+      default:
+        answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("a TensorFrame of unknown kind ",
+                                         static_cast<int>(kind))),
+               {});
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    const grpc::ByteBuffer* next = nullptr;
+    Update([&] {
+      queue_.pop_front();
+      if (!ok) {
+        // The client is gone: nothing more can be written.
+        queue_.clear();
+        if (!end_now_) end_now_ = grpc::Status::CANCELLED;
+      } else if (!queue_.empty()) {
+        next = &queue_.front();
+      }
+      writing_ = next != nullptr;
+    });
+    if (next != nullptr) StartWrite(next);
+  }
+
+  void OnCancel() override { EndNow(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    service_->Forget(this);
+    Unref();
+  }
+
+ private:
+  // Runs `change` under the lock; finishes the stream if it is now due.
+  template <typename Change>
+  void Update(Change change) ABSL_LOCKS_EXCLUDED(mu_) {
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      change();
+      if (finished_ || writing_ || calls_ > 0 || (!end_now_ && !reads_done_)) {
+        return;
+      }
+      finished_ = true;
+      status = end_now_.value_or(grpc::Status::OK);
+    }
+    Finish(std::move(status));
+  }
+
+  // A call's answer, written after those before it.
+  void Reply(uint64_t id, rpc::TensorFrame::Kind kind, grpc::Status status,
+             grpc::ByteBuffer reply) {
+    rpc::TensorFrame header;
+    header.set_id(id);
+    header.set_kind(kind);
+    if (!status.ok()) {
+      header.set_code(status.error_code());
+      header.set_error(status.error_message());
+      reply.Clear();
+    }
+    grpc::ByteBuffer frame = WriteFrame(header, reply);
+    const grpc::ByteBuffer* write = nullptr;
+    Update([&] {
+      --calls_;
+      if (finished_ || end_now_) return;  // dropped: the stream is ending
+      queue_.push_back(std::move(frame));
+      if (!writing_) {
+        writing_ = true;
+        write = &queue_.front();
+      }
+    });
+    if (write != nullptr) StartWrite(write);
+  }
+
+  PsService* const service_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer in_;
+
+  absl::Mutex mu_;
+  int refs_ ABSL_GUARDED_BY(mu_) = 1;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;  // handled, not yet answered
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> end_now_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Answers to write, the front one being written when `writing_`.
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+PsService::TensorStream(grpc::CallbackServerContext* context) {
+  auto* stream = new StreamReactor(this, context);
+  bool closing;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    closing = closing_;
+    if (!closing) streams_.insert(stream);
+  }
+  stream->Start(closing);
+  return stream;
+}
+
+void PsService::CloseStreams() {
+  std::vector<StreamReactor*> open;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    closing_ = true;
+    for (StreamReactor* stream : streams_) {
+      stream->Ref();  // past its OnDone, until closed here
+      open.push_back(stream);
+    }
+  }
+  for (StreamReactor* stream : open) {
+    stream->EndNow(StreamReactor::ShuttingDown());
+    stream->Unref();
+  }
+}
+
+void PsService::Forget(StreamReactor* stream) {
+  absl::MutexLock lock(&streams_mu_);
+  streams_.erase(stream);
 }
 
 grpc::ServerUnaryReactor* PsService::GetTableInfo(

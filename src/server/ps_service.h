@@ -9,11 +9,23 @@
 // TakeOver) always run there. A pull that waits for its round or the SSP
 // bound holds no thread at all (PsServer::PullSparse).
 //
+// A client's TensorStream (common/tensor_calls.h) carries its small Push
+// and PullSparse calls as frames: each is handled as its unary call would
+// be, and its answer written back when ready, in any order.
+//
 // Thread-safety: gRPC calls the handlers concurrently. Outlives the
 // grpc::Server it is registered with (that server's Shutdown waits for the
-// requests running here).
+// requests running here); CloseStreams before that Shutdown, which would
+// otherwise wait out its deadline for the streams clients keep open.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "common/task_pool.h"
 #include "hetps.grpc.pb.h"
 #include "server/ps_server.h"
@@ -28,14 +40,15 @@ using Api = rpc::ParameterServer;
 // answers UNIMPLEMENTED, and its handler below fails to compile.
 using Base =
     Api::WithRawCallbackMethod_PullSparse<Api::WithCallbackMethod_PullDense<
-        Api::WithRawCallbackMethod_Push<Api::WithCallbackMethod_GetTableInfo<
-            Api::WithCallbackMethod_UpdateMembership<
-                Api::WithCallbackMethod_Save<
-                    Api::WithCallbackMethod_PrepareMove<
-                        Api::WithCallbackMethod_AdoptShardMap<
-                            Api::WithCallbackMethod_HandOver<
-                                Api::WithCallbackMethod_TakeOver<
-                                    Api::Service>>>>>>>>>>;
+        Api::WithRawCallbackMethod_Push<Api::WithRawCallbackMethod_TensorStream<
+            Api::WithCallbackMethod_GetTableInfo<
+                Api::WithCallbackMethod_UpdateMembership<
+                    Api::WithCallbackMethod_Save<
+                        Api::WithCallbackMethod_PrepareMove<
+                            Api::WithCallbackMethod_AdoptShardMap<
+                                Api::WithCallbackMethod_HandOver<
+                                    Api::WithCallbackMethod_TakeOver<
+                                        Api::Service>>>>>>>>>>>;
 }  // namespace ps_service_internal
 
 class PsService final : public ps_service_internal::Base {
@@ -57,6 +70,9 @@ class PsService final : public ps_service_internal::Base {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
+  // Raw: frames of Push and PullSparse calls (TensorFrame).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TensorStream(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetTableInfo(
       grpc::CallbackServerContext* context,
       const rpc::TableInfoRequest* request,
@@ -86,7 +102,41 @@ class PsService final : public ps_service_internal::Base {
   // Threads that ran requests which could block, alive now.
   size_t blocking_threads() const { return blocking_.threads(); }
 
+  // TensorStreams open now, and the calls they have carried.
+  size_t open_streams() const ABSL_LOCKS_EXCLUDED(streams_mu_) {
+    absl::MutexLock lock(&streams_mu_);
+    return streams_.size();
+  }
+  uint64_t stream_calls() const {
+    return stream_calls_.load(std::memory_order_relaxed);
+  }
+
+  // Ends every TensorStream (UNAVAILABLE: their clients call again, once
+  // this server is back) and refuses new ones. Calls still running finish;
+  // their answers are dropped.
+  void CloseStreams();
+
  private:
+  class StreamReactor;
+  // A call's answer: its status and, when OK, the reply's wire form.
+  using Answer = std::function<void(grpc::Status, grpc::ByteBuffer)>;
+
+  // The handling shared by a unary call and a frame: `request` is the
+  // request's wire form (consumed), `context` the call's or the stream's.
+  void HandlePush(grpc::CallbackServerContext* context,
+                  grpc::ByteBuffer* request, Answer answer);
+  void HandlePullSparse(grpc::CallbackServerContext* context,
+                        grpc::ByteBuffer* request, Answer answer);
+  // A raw unary call: `handle` answers it.
+  using Handler = void (PsService::*)(grpc::CallbackServerContext*,
+                                      grpc::ByteBuffer*, Answer);
+  grpc::ServerUnaryReactor* RawUnary(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response,
+                                     Handler handle);
+  // A stream gone (its OnDone).
+  void Forget(StreamReactor* stream);
+
   // Runs `handle` (returning the grpc::Status) on this thread when
   // `inline_ok`, else on blocking_, and finishes the call with its status.
   template <typename Handle>
@@ -105,6 +155,11 @@ class PsService final : public ps_service_internal::Base {
   // Unbounded: requests held by a move wait for other requests (TakeOver,
   // AdoptShardMap) that a bound could keep out.
   TaskPool blocking_{"ps-blocking", TaskPool::kUnbounded};
+
+  std::atomic<uint64_t> stream_calls_{0};
+  mutable absl::Mutex streams_mu_;
+  bool closing_ ABSL_GUARDED_BY(streams_mu_) = false;
+  absl::flat_hash_set<StreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace hetps

@@ -26,27 +26,13 @@ using testing::FakeClock;
 using testing::FaultPlan;
 using testing::FaultyStubs;
 using ::testing::HasSubstr;
-
-JobConfig OneTableJob() {
-  JobConfig config;
-  config.mode = ConsistencyMode::kAsync;
-  config.cluster.ps_endpoints = {"127.0.0.1:1"};
-  config.cluster.workers = 1;
-  TableConfig emb;
-  emb.name = "emb";
-  emb.kind = TableKind::kSparse;
-  emb.dim = 2;
-  emb.optimizer.type = "sgd";
-  emb.optimizer.learning_rate = 1.0f;
-  emb.init.type = "zero";
-  config.tables = {emb};
-  return config;
-}
+using testing::OneTableJob;
 
 class PsClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto node = ServerNode::Start(OneTableJob(), 0, "127.0.0.1:0");
+    auto node = ServerNode::Start(OneTableJob(ConsistencyMode::kAsync), 0,
+                                  "127.0.0.1:0");
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
     endpoint_ = "127.0.0.1:" + std::to_string(node_->port());
@@ -209,9 +195,7 @@ TEST_F(PsClientTest, OtherErrorsAreNotRetried) {
 class PsClientPullAheadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    JobConfig config = OneTableJob();
-    config.mode = ConsistencyMode::kSync;
-    config.train.warmup_rounds = 0;
+    JobConfig config = OneTableJob(ConsistencyMode::kSync);
     auto node = ServerNode::Start(config, 0, "127.0.0.1:0");
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
@@ -312,7 +296,7 @@ TEST_F(PsClientPullAheadTest,
 // up: that server refuses as "moved", and only its rows are asked for
 // again (of the bucket's new owner); the other server's answer stands.
 TEST(PsClientMovesTest, APullRefusedAsMovedAsksAgainOnlyForItsRows) {
-  JobConfig config = OneTableJob();
+  JobConfig config = OneTableJob(ConsistencyMode::kAsync);
   config.cluster.ps_endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
   std::vector<std::unique_ptr<ServerNode>> nodes;
   PsClientOptions options;

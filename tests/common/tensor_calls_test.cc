@@ -341,6 +341,77 @@ TEST(TensorCallsTest, APushCutShortOrWithLengthsPastItsEndIsRefused) {
   }
 }
 
+// A frame is an ordinary TensorFrame on the wire, and reads back into its
+// header and a body that shares the frame's slices (a large tensor is not
+// copied), in whatever slices it was received.
+TEST(TensorCallsTest, AFrameReadsBackAsItsHeaderAndItsBodyUncopied) {
+  const PushCall push = ThreeGradientPush();
+  grpc::ByteBuffer body;
+  bool own;
+  ASSERT_TRUE(
+      grpc::SerializationTraits<PushCall>::Serialize(push, &body, &own).ok());
+  const std::string body_bytes = Bytes(body);
+  rpc::TensorFrame header;
+  header.set_id(1234567);
+  header.set_kind(rpc::TensorFrame::PULL_SPARSE);
+  header.set_code(5);
+  header.set_error("why");
+  grpc::ByteBuffer frame = WriteFrame(header, body);
+
+  rpc::TensorFrame parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Bytes(frame)));
+  EXPECT_EQ(parsed.id(), 1234567u);
+  EXPECT_EQ(parsed.body(), body_bytes);
+
+  for (size_t slice_bytes : {size_t{0}, size_t{7}, size_t{4096}}) {
+    grpc::ByteBuffer received =
+        slice_bytes == 0 ? frame : Resliced(frame, slice_bytes);
+    rpc::TensorFrame read_header;
+    grpc::ByteBuffer read_body;
+    ASSERT_TRUE(ReadFrame(&received, &read_header, &read_body).ok());
+    EXPECT_EQ(read_header.id(), 1234567u);
+    EXPECT_EQ(read_header.kind(), rpc::TensorFrame::PULL_SPARSE);
+    EXPECT_EQ(read_header.code(), 5);
+    EXPECT_EQ(read_header.error(), "why");
+    EXPECT_TRUE(read_header.body().empty());
+    EXPECT_EQ(Bytes(read_body), body_bytes) << slice_bytes;
+  }
+  // As sent: the large gradient's values are the very buffer pushed.
+  rpc::TensorFrame read_header;
+  grpc::ByteBuffer read_body;
+  ASSERT_TRUE(ReadFrame(&frame, &read_header, &read_body).ok());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(read_body.Dump(&slices).ok());
+  const uint8_t* values = push.gradients[0].values.slice.begin();
+  EXPECT_TRUE(
+      std::any_of(slices.begin(), slices.end(),
+                  [&](const grpc::Slice& s) { return s.begin() == values; }));
+
+  // No body: an empty one.
+  grpc::ByteBuffer bare = WriteFrame(header, grpc::ByteBuffer());
+  ASSERT_TRUE(ReadFrame(&bare, &read_header, &read_body).ok());
+  EXPECT_EQ(read_body.Length(), 0u);
+}
+
+// Bytes that are no TensorFrame, or a body running past the frame's end,
+// are refused.
+TEST(TensorCallsTest, BytesThatAreNoFrameAreRefused) {
+  rpc::TensorFrame header;
+  header.set_id(3);
+  header.set_body("twelve bytes");
+  std::string cut = header.SerializeAsString();
+  cut.resize(cut.size() - 4);
+  for (const std::string& bytes :
+       {std::string("\x0a\xff\xff\xff\x7f not a frame"), cut}) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer frame(&slice, 1);
+    rpc::TensorFrame read_header;
+    grpc::ByteBuffer read_body;
+    const grpc::Status s = ReadFrame(&frame, &read_header, &read_body);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+}
+
 // A large tensor buffer given back is the next one of its size: its pages
 // are not taken from the heap again.
 TEST(TensorCallsTest, ALargeTensorBufferIsReusedOnceGivenBack) {

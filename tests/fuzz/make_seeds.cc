@@ -7,13 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "shard/shard_map.h"
 #include "common/bytes.h"
 #include "compress/codec.h"
 #include "hetps/version.h"
 #include "server_fixture.h"
+#include "shard/shard_map.h"
 
 namespace hetps::fuzz {
 namespace {
@@ -194,6 +195,50 @@ void PullSeeds(const fs::path& dir) {
   }
 }
 
+// Frames as a client sends them (a push, a pull) and as a server answers
+// (rows, an error), whole and in buffers of 3 bytes.
+void FrameSeeds(const fs::path& dir) {
+  rpc::PushRequest push;
+  push.set_protocol_version(kProtocolVersion);
+  push.set_worker_id(1);
+  rpc::TableGradient* g = push.add_gradients();
+  g->set_table("emb");
+  g->set_dim(kSparseDim);
+  const std::vector<uint64_t> keys = OwnedKeys(3);
+  AssignBytes<uint64_t>(g->mutable_keys(), keys);
+  AssignBytes<float>(g->mutable_values(), Gradient(keys.size() * kSparseDim));
+  rpc::PullSparseRequest pull;
+  pull.set_table("emb");
+  pull.set_dim(kSparseDim);
+  AssignBytes<uint64_t>(pull.mutable_keys(), keys);
+  rpc::PullSparseResponse rows;
+  AssignBytes<float>(rows.mutable_values(), Gradient(keys.size() * kSparseDim));
+  rows.set_applied_rounds(4);
+
+  std::vector<std::pair<std::string, rpc::TensorFrame>> frames(4);
+  frames[0].first = "push";
+  frames[0].second.set_id(1);
+  frames[0].second.set_kind(rpc::TensorFrame::PUSH);
+  frames[0].second.set_body(push.SerializeAsString());
+  frames[1].first = "pull";
+  frames[1].second.set_id(2);
+  frames[1].second.set_kind(rpc::TensorFrame::PULL_SPARSE);
+  frames[1].second.set_body(pull.SerializeAsString());
+  frames[2].first = "rows";
+  frames[2].second = frames[1].second;
+  frames[2].second.set_body(rows.SerializeAsString());
+  frames[3].first = "error";
+  frames[3].second.set_id(3);
+  frames[3].second.set_code(3);
+  frames[3].second.set_error("push: the request is not a PushRequest");
+  for (const auto& [name, frame] : frames) {
+    for (uint8_t flags : {0, 3 << 3}) {
+      Write(dir, name + "-flags" + std::to_string(flags),
+            WithFlags(flags, frame));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hetps::fuzz
 
@@ -206,5 +251,6 @@ int main(int argc, char** argv) {
   hetps::fuzz::CodecSeeds(dir / "codec_fuzzer");
   hetps::fuzz::PushSeeds(dir / "push_fuzzer");
   hetps::fuzz::PullSeeds(dir / "pull_fuzzer");
+  hetps::fuzz::FrameSeeds(dir / "frame_fuzzer");
   return 0;
 }

@@ -62,16 +62,6 @@ uint64_t KeysCarried(const rpc::PushRequest& request) {
   return keys;
 }
 
-// `bytes` in gRPC buffers of `size` bytes each (the last shorter).
-grpc::ByteBuffer InBuffers(std::string_view bytes, size_t size) {
-  std::vector<grpc::Slice> slices;
-  for (size_t at = 0; at < bytes.size(); at += size) {
-    slices.emplace_back(bytes.substr(at, size).data(),
-                        std::min(size, bytes.size() - at));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
 std::string_view View(const grpc::Slice& slice) {
   return {reinterpret_cast<const char*>(slice.begin()), slice.size()};
 }
@@ -119,9 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data + 1),
                                size - 1);
-  // Buffers of 1 to 31 bytes, or all in one: the steering byte's high bits.
-  const size_t buffer_size =
-      data[0] >> 3 == 0 ? bytes.size() + 1 : data[0] >> 3;
+  const size_t buffer_size = BufferSize(data[0], bytes.size());
   rpc::PushRequest request;
   const bool parsed =
       request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));

@@ -2,6 +2,8 @@
 
 #include <google/protobuf/stubs/logging.h>
 
+#include <algorithm>
+
 #include "common/logging.h"
 #include "fuzz_check.h"
 
@@ -15,6 +17,19 @@ void Quiet() {
     return true;
   }();
   (void)quiet;
+}
+
+grpc::ByteBuffer InBuffers(std::string_view bytes, size_t size) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += size) {
+    slices.emplace_back(bytes.substr(at, size).data(),
+                        std::min(size, bytes.size() - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+size_t BufferSize(uint8_t steering, size_t bytes) {
+  return steering >> 3 == 0 ? bytes + 1 : steering >> 3;
 }
 
 JobConfig FuzzJob() {

@@ -9,6 +9,8 @@
 //   "dense" dense, dim kDenseDim (this server holds the first half), sgd.
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -40,6 +42,13 @@ std::vector<float> DenseValues(const PsServer& server);
 inline constexpr uint8_t kFixVersion = 1;  // the right protocol_version
 inline constexpr uint8_t kFixWorker = 2;   // worker_id < kWorkers, batch >= 1
 inline constexpr uint8_t kFixTables = 4;   // existing tables, their dims
+
+// `bytes` in gRPC buffers of `size` bytes each (the last shorter), as a
+// peer's message may arrive.
+grpc::ByteBuffer InBuffers(std::string_view bytes, size_t size);
+// The buffer size a steering byte asks for: 1 to 31 bytes (its high bits),
+// or 0 there for all `bytes` in one.
+size_t BufferSize(uint8_t steering, size_t bytes);
 
 // Status codes a request handler may answer with (docs/PROTOCOL.md).
 bool IsDocumentedCode(grpc::StatusCode code);

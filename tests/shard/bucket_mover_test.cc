@@ -73,7 +73,9 @@ struct TwoServers {
       : from(Serve(config, 0)), to(Serve(config, 1)) {}
   ~TwoServers() {
     for (LocalServer* s : {&from, &to}) {
-      if (s->server) s->server->Shutdown();
+      if (!s->server) continue;
+      s->service->CloseStreams();  // else Shutdown waits for clients' streams
+      s->server->Shutdown();
     }
   }
   bool ok() const { return from.server && to.server; }

@@ -214,6 +214,14 @@ class FaultyStub final
     HETPS_FAULTY_METHOD(HandOver, HandOverRequest, MovedRows)
     HETPS_FAULTY_METHOD(TakeOver, TakeOverRequest, TakeOverResponse)
 #undef HETPS_FAULTY_METHOD
+    // Not faulted: PsClient's stream is its TensorCalls' (FaultyTensorCalls
+    // fault the calls on it).
+    void TensorStream(
+        grpc::ClientContext* ctx,
+        grpc::ClientBidiReactor<rpc::TensorFrame, rpc::TensorFrame>* reactor)
+        override {
+      real_.async()->TensorStream(ctx, reactor);
+    }
 
    private:
     rpc::ParameterServer::Stub& real_;

@@ -29,6 +29,23 @@ std::vector<float> RandomValues(size_t n, uint64_t seed, float scale) {
   return values;
 }
 
+JobConfig OneTableJob(ConsistencyMode mode) {
+  JobConfig config;
+  config.mode = mode;
+  config.train.warmup_rounds = 0;
+  config.cluster.ps_endpoints = {"127.0.0.1:1"};
+  config.cluster.workers = 1;
+  TableConfig emb;
+  emb.name = "emb";
+  emb.kind = TableKind::kSparse;
+  emb.dim = 2;
+  emb.optimizer.type = "sgd";
+  emb.optimizer.learning_rate = 1.0f;
+  emb.init.type = "zero";
+  config.tables = {emb};
+  return config;
+}
+
 std::vector<std::string> FreeEndpoints(int count) {
   auto ports = PickFreePorts("127.0.0.1", count);
   EXPECT_TRUE(ports.ok()) << ports.status();

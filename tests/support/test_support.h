@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cli/process_group.h"
+#include "hetps/config.h"
 #include "nlohmann/json.hpp"
 
 namespace hetps::testing {
@@ -45,6 +46,12 @@ inline constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
 
 // `n` values drawn from N(0, scale²), the same for the same `seed`.
 std::vector<float> RandomValues(size_t n, uint64_t seed, float scale = 1);
+
+// A job of one server ("127.0.0.1:1", a placeholder) and one worker in
+// `mode`, without warm-up rounds, with one sparse table "emb" of dim 2 (sgd
+// at learning rate 1, rows starting at zero: a row reads as minus the sum
+// of the gradients pushed to it).
+JobConfig OneTableJob(ConsistencyMode mode);
 
 // `count` distinct "127.0.0.1:port" endpoints free a moment ago.
 std::vector<std::string> FreeEndpoints(int count);
