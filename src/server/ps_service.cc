@@ -157,10 +157,14 @@ class PsService::StreamReactor final
     }
   }
 
-  void EndNow(grpc::Status status) {
-    Update([&] {
+  void EndNow(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
       if (!end_now_) end_now_ = std::move(status);
-    });
+      finish = Due();
+    }
+    FinishIf(std::move(finish));
   }
 
   // References beyond gRPC's, which ends with OnDone.
@@ -184,7 +188,13 @@ class PsService::StreamReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      Update([&] { reads_done_ = true; });
+      std::optional<grpc::Status> finish;
+      {
+        absl::MutexLock lock(&mu_);
+        reads_done_ = true;
+        finish = Due();
+      }
+      FinishIf(std::move(finish));
       return;
     }
     grpc::ByteBuffer frame = std::move(in_);
@@ -192,10 +202,7 @@ class PsService::StreamReactor final
     grpc::ByteBuffer body;
     if (grpc::Status s = ReadFrame(&frame, &header, &body); !s.ok()) {
       // No call to answer: the stream ends with the error.
-      Update([&] {
-        reads_done_ = true;
-        if (!end_now_) end_now_ = std::move(s);
-      });
+      EndNow(std::move(s));
       return;
     }
     bool ending;
@@ -229,7 +236,9 @@ class PsService::StreamReactor final
 
   void OnWriteDone(bool ok) override {
     const grpc::ByteBuffer* next = nullptr;
-    Update([&] {
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
       queue_.pop_front();
       if (!ok) {
         // The client is gone: nothing more can be written.
@@ -239,8 +248,10 @@ class PsService::StreamReactor final
         next = &queue_.front();
       }
       writing_ = next != nullptr;
-    });
+      finish = Due();
+    }
     if (next != nullptr) StartWrite(next);
+    FinishIf(std::move(finish));
   }
 
   void OnCancel() override { EndNow(grpc::Status::CANCELLED); }
@@ -251,20 +262,18 @@ class PsService::StreamReactor final
   }
 
  private:
-  // Runs `change` under the lock; finishes the stream if it is now due.
-  template <typename Change>
-  void Update(Change change) ABSL_LOCKS_EXCLUDED(mu_) {
-    grpc::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      change();
-      if (finished_ || writing_ || calls_ > 0 || (!end_now_ && !reads_done_)) {
-        return;
-      }
-      finished_ = true;
-      status = end_now_.value_or(grpc::Status::OK);
+  // The status to finish the stream with, when it is due now (then it
+  // counts as finished).
+  std::optional<grpc::Status> Due() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_ || calls_ > 0 || (!end_now_ && !reads_done_)) {
+      return std::nullopt;
     }
-    Finish(std::move(status));
+    finished_ = true;
+    return end_now_.value_or(grpc::Status::OK);
+  }
+  // Finish(*status), outside the lock.
+  void FinishIf(std::optional<grpc::Status> status) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (status) Finish(*std::move(status));
   }
 
   // A call's answer, written after those before it.
@@ -280,16 +289,22 @@ class PsService::StreamReactor final
     }
     grpc::ByteBuffer frame = WriteFrame(header, reply);
     const grpc::ByteBuffer* write = nullptr;
-    Update([&] {
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
       --calls_;
-      if (finished_ || end_now_) return;  // dropped: the stream is ending
-      queue_.push_back(std::move(frame));
-      if (!writing_) {
-        writing_ = true;
-        write = &queue_.front();
+      // Dropped when the stream is ending.
+      if (!finished_ && !end_now_) {
+        queue_.push_back(std::move(frame));
+        if (!writing_) {
+          writing_ = true;
+          write = &queue_.front();
+        }
       }
-    });
+      finish = Due();
+    }
     if (write != nullptr) StartWrite(write);
+    FinishIf(std::move(finish));
   }
 
   PsService* const service_;
