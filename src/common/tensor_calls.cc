@@ -102,10 +102,14 @@ class CallStream final
   }
 
   // Ends the stream (its calls in flight fail) and waits until gRPC is
-  // done with it.
+  // done with it. The caller holds the last reference then, so the stream
+  // (its context, which may hold the channel's last reference) goes on
+  // the caller's thread: a channel that goes on one of gRPC's callback
+  // threads cannot join that thread.
   void Close() {
+    const std::shared_ptr<absl::Notification> gone = gone_;
     context_.TryCancel();
-    done_.WaitForNotification();
+    gone->WaitForNotification();
   }
 
   void OnWriteDone(bool ok) override {
@@ -126,7 +130,8 @@ class CallStream final
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    grpc::ByteBuffer frame = std::move(in_);
+    grpc::ByteBuffer frame;
+    frame.Swap(&in_);  // (ByteBuffer has no move)
     rpc::TensorFrame header;
     grpc::ByteBuffer body;
     if (!ReadFrame(&frame, &header, &body).ok()) {
@@ -174,8 +179,9 @@ class CallStream final
                                       why.error_message()));
     }
     for (auto& [id, answer] : failed) answer.done(why);
-    done_.Notify();
+    const std::shared_ptr<absl::Notification> gone = gone_;
     self_.reset();  // may delete this
+    gone->Notify();
   }
 
  private:
@@ -234,7 +240,9 @@ class CallStream final
   grpc::ClientContext context_;
   grpc::ByteBuffer in_;
   std::atomic<uint64_t> next_id_{0};
-  absl::Notification done_;
+  // Notified once OnDone has let go of the stream.
+  const std::shared_ptr<absl::Notification> gone_ =
+      std::make_shared<absl::Notification>();
   std::shared_ptr<CallStream> self_;  // until OnDone
 
   mutable absl::Mutex mu_;

@@ -15,10 +15,10 @@
 // The real one sends a call whose tensors are small as a TensorFrame on
 // one stream to the server (ParameterServer.TensorStream), opened by the
 // first call and again by the first call after it ended: on a stream a
-// call costs no HTTP/2 stream of its own, which is most of gRPC's fixed
-// cost for a call of a few hundred KB (docs/BENCHMARKS.md section 1,
-// "Small calls on one stream"). Larger calls take the unary methods, where
-// one large answer does not hold up the others. Either way the caller
+// call costs no HTTP/2 stream of its own (1k-key calls 3-11% faster,
+// 10k-key ones level: docs/BENCHMARKS.md section 1, "Small calls on one
+// stream"). Larger calls take the unary methods, where one large answer
+// does not hold up the others. Either way the caller
 // sees the same answers and errors: the call's deadline is kept by the
 // client, a stream that ends fails its calls in flight (UNAVAILABLE unless
 // the server ended it with another status), and the server handles a
@@ -122,7 +122,9 @@ std::unique_ptr<TensorCalls> GrpcTensorCalls(
     std::shared_ptr<grpc::ChannelInterface> channel);
 
 // The largest tensors, in bytes, a call on the stream carries each way:
-// a push's keys and values, a pull's keys and its answer's rows.
+// a push's keys and values, a pull's keys and its answer's rows. A 10k x 16
+// push (720 KB) goes on it; a 100k-key pull (800 KB of keys) did not gain
+// there, and stays unary.
 inline constexpr size_t kStreamMaxTensorBytes = 768 << 10;
 
 // A TensorFrame's wire form: `header` (without `body`), then `body` as

@@ -14,6 +14,13 @@ namespace hetps {
 
 PsService::PsService(PsServer* server) : server_(server) {}
 
+PsService::~PsService() {
+  absl::MutexLock lock(&streams_mu_);
+  streams_mu_.Await(absl::Condition(
+      +[](absl::flat_hash_set<StreamReactor*>* open) { return open->empty(); },
+      &streams_));
+}
+
 template <typename Handle>
 grpc::ServerUnaryReactor* PsService::Run(grpc::CallbackServerContext* context,
                                          bool inline_ok, Handle handle) {
@@ -197,7 +204,8 @@ class PsService::StreamReactor final
       FinishIf(std::move(finish));
       return;
     }
-    grpc::ByteBuffer frame = std::move(in_);
+    grpc::ByteBuffer frame;
+    frame.Swap(&in_);  // (ByteBuffer has no move)
     rpc::TensorFrame header;
     grpc::ByteBuffer body;
     if (grpc::Status s = ReadFrame(&frame, &header, &body); !s.ok()) {

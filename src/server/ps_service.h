@@ -55,6 +55,9 @@ class PsService final : public ps_service_internal::Base {
  public:
   // `server` must outlive this.
   explicit PsService(PsServer* server);
+  // Waits for gRPC to be done with every stream (their OnDone may come
+  // after the server's Shutdown has returned).
+  ~PsService() override;
 
   // Raw: the request is parsed here, and the reply's rows go out in the
   // slice the server wrote them into (PullSparseReply).
