@@ -63,6 +63,7 @@ class CallStream final
     stream->self_ = stream;
     stub.PrepareBidiStreamingCall(&stream->context_, TensorStreamMethod(),
                                   grpc::StubOptions(), stream.get());
+    stream->AddHold();  // until the reads end (ReadsEnded)
     stream->StartRead(&stream->in_);
     stream->StartCall();
     return stream;
@@ -90,9 +91,18 @@ class CallStream final
       if (!writing_) {
         writing_ = true;
         write = &queue_.front();
+        ++starting_;
       }
     }
-    if (write != nullptr) StartWrite(write);
+    if (write == nullptr) return true;
+    StartWrite(write);
+    bool release;
+    {
+      absl::MutexLock lock(&mu_);
+      --starting_;
+      release = Releasable();
+    }
+    if (release) RemoveHold();
     return true;
   }
 
@@ -129,7 +139,7 @@ class CallStream final
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
+    if (!ok) return ReadsEnded();  // OnDone follows
     grpc::ByteBuffer frame;
     frame.Swap(&in_);  // (ByteBuffer has no move)
     rpc::TensorFrame header;
@@ -143,7 +153,7 @@ class CallStream final
                          "the server's TensorStream sent a malformed frame");
       }
       context_.TryCancel();
-      return;
+      return ReadsEnded();
     }
     StartRead(&in_);
     std::optional<Answer> answer = Take(header.id());
@@ -186,6 +196,25 @@ class CallStream final
 
  private:
   CallStream() = default;
+
+  // The stream's hold (AddHold in Open) keeps gRPC from calling OnDone,
+  // and freeing the call, while a caller's thread starts a write; it goes
+  // once the reads have ended (the stream is ending: no call is sent on it
+  // any more) and no such write is being started.
+  void ReadsEnded() ABSL_LOCKS_EXCLUDED(mu_) {
+    bool release;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      release = Releasable();
+    }
+    if (release) RemoveHold();
+  }
+  bool Releasable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!ended_ || starting_ > 0 || released_) return false;
+    released_ = true;
+    return true;
+  }
 
   std::optional<Answer> Take(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -252,6 +281,8 @@ class CallStream final
   // Frames to write, the front one being written when `writing_`.
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;       // writes a caller is starting
+  bool released_ ABSL_GUARDED_BY(mu_) = false;  // the hold
   std::unique_ptr<grpc::Alarm> alarm_ ABSL_GUARDED_BY(mu_);
   Clock::time_point alarm_at_ ABSL_GUARDED_BY(mu_) = Clock::time_point::max();
 };
