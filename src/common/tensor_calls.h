@@ -15,7 +15,7 @@
 // The real one sends a call whose tensors are small as a TensorFrame on
 // one stream to the server (ParameterServer.TensorStream), opened by the
 // first call and again by the first call after it ended: on a stream a
-// call costs no HTTP/2 stream of its own (1k-key calls 3-11% faster,
+// call costs no HTTP/2 stream of its own (1k-key calls 2-11% faster,
 // 10k-key ones level: docs/BENCHMARKS.md section 1, "Small calls on one
 // stream"). Larger calls take the unary methods, where one large answer
 // does not hold up the others. Either way the caller
