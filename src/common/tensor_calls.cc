@@ -82,10 +82,9 @@ class CallStream final
     {
       absl::MutexLock lock(&mu_);
       if (ended_) return false;
-      if (answer.deadline != Clock::time_point::max() &&
-          (!alarm_ || answer.deadline < alarm_at_)) {
-        ArmAlarm(answer.deadline);
-      }
+      // (alarm_at_ is the far future while no alarm is set, as is a call
+      // without a deadline.)
+      if (answer.deadline < alarm_at_) ArmAlarm(answer.deadline);
       pending_.emplace(header.id(), std::move(answer));
       queue_.push_back(std::move(frame));
       if (!writing_) {

@@ -21,18 +21,23 @@ PsService::~PsService() {
       &streams_));
 }
 
+template <typename Fn>
+void PsService::Dispatch(bool inline_ok, Fn fn) {
+  if (inline_ok) {
+    PsServer::NoBlockingScope no_blocking;
+    fn();
+  } else {
+    blocking_.Run(std::move(fn));
+  }
+}
+
 template <typename Handle>
 grpc::ServerUnaryReactor* PsService::Run(grpc::CallbackServerContext* context,
                                          bool inline_ok, Handle handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (inline_ok) {
-    PsServer::NoBlockingScope no_blocking;
+  Dispatch(inline_ok, [reactor, handle = std::move(handle)]() mutable {
     reactor->Finish(handle());
-  } else {
-    blocking_.Run([reactor, handle = std::move(handle)]() mutable {
-      reactor->Finish(handle());
-    });
-  }
+  });
   return reactor;
 }
 
@@ -47,12 +52,7 @@ void PsService::Pull(grpc::CallbackServerContext* context,
                 done = std::move(done)]() mutable {
     (server_->*pull)(context, request, response, std::move(done));
   };
-  if (server_->RunsInline()) {
-    PsServer::NoBlockingScope no_blocking;
-    start();
-  } else {
-    blocking_.Run(std::move(start));
-  }
+  Dispatch(server_->RunsInline(), std::move(start));
 }
 
 void PsService::HandlePullSparse(grpc::CallbackServerContext* context,
@@ -100,12 +100,7 @@ void PsService::HandlePush(grpc::CallbackServerContext* context,
     }
     answer(std::move(status), std::move(bytes));
   };
-  if (server_->RunsInline()) {
-    PsServer::NoBlockingScope no_blocking;
-    handle();
-  } else {
-    blocking_.Run(std::move(handle));
-  }
+  Dispatch(server_->RunsInline(), std::move(handle));
 }
 
 grpc::ServerUnaryReactor* PsService::RawUnary(

@@ -140,13 +140,17 @@ class PsService final : public ps_service_internal::Base {
   // A stream gone (its OnDone).
   void Forget(StreamReactor* stream);
 
-  // Runs `handle` (returning the grpc::Status) on this thread when
-  // `inline_ok`, else on blocking_, and finishes the call with its status.
+  // Runs `fn` on this thread, under a PsServer::NoBlockingScope, when
+  // `inline_ok`, else on blocking_.
+  template <typename Fn>
+  void Dispatch(bool inline_ok, Fn fn);
+  // Runs `handle` (returning the grpc::Status) as Dispatch does, and
+  // finishes the call with its status.
   template <typename Handle>
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context,
                                 bool inline_ok, Handle handle);
-  // A pull: started here when the server runs requests inline, else on
-  // blocking_; `done` receives the server's answer.
+  // A pull, started as Dispatch does when the server runs requests inline;
+  // `done` receives the server's answer.
   template <typename Request, typename Response>
   void Pull(grpc::CallbackServerContext* context, const Request* request,
             Response* response,
