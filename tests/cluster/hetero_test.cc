@@ -599,14 +599,18 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffATenthSpeedServer) {
   // The service time is the wall time plus the emulated extra (nine times
   // the CPU time), so time off the CPU (preemption on a loaded machine, a
   // sanitizer) dilutes the ratio: 1.13 was read at a quarter speed under
-  // ASan on a busy CI machine. The largest plan of the job is judged.
+  // ASan on a busy CI machine. The first plan with moves made at a
+  // max/mean over 1.3 is judged: a plan read in a quieter moment may be
+  // noise either way (CI's TSan pass judged one that moved 0 -> 1 because
+  // an earlier plan had been over 1.3).
   double largest = 0;
   const nlohmann::json status =
       StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
         if (!j.contains("placement")) return false;
-        largest =
-            std::max(largest, j["placement"].value("max_over_mean", 0.0));
-        return j["placement"].value("moves", 0u) > 0 && largest > 1.3;
+        const double max_over_mean =
+            j["placement"].value("max_over_mean", 0.0);
+        largest = std::max(largest, max_over_mean);
+        return j["placement"].value("moves", 0u) > 0 && max_over_mean > 1.3;
       });
   const nlohmann::json placement =
       status.empty() ? nlohmann::json() : status["placement"];
