@@ -212,10 +212,12 @@ class PsService::StreamReactor final
     {
       absl::MutexLock lock(&mu_);
       ending = end_now_.has_value();
-      if (!ending) ++calls_;  // before the next read, which may end it
+      if (!ending) {
+        ++calls_;  // until answered
+        handing_ = true;
+      }
     }
     if (ending) return;  // its client sees the stream end, and calls again
-    StartRead(&in_);
     service_->stream_calls_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t id = header.id();
     const rpc::TensorFrame::Kind kind = header.kind();
@@ -235,6 +237,21 @@ class PsService::StreamReactor final
                                          static_cast<int>(kind))),
                {});
     }
+    // The next read starts once the handler is done: an answer made inline
+    // is on its way by then, and HTTP/2's window update for this frame
+    // rides with it. Started before, the update went alone, and the client
+    // woke once for it and once for the answer (docs/BENCHMARKS.md section
+    // 1, "The server's window update rides with its answer"). A handler
+    // that waits (a pull for its round) hands the call on and returns at
+    // once, so the stream reads on meanwhile.
+    StartRead(&in_);
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      handing_ = false;
+      finish = Due();
+    }
+    FinishIf(std::move(finish));
   }
 
   void OnWriteDone(bool ok) override {
@@ -268,7 +285,8 @@ class PsService::StreamReactor final
   // The status to finish the stream with, when it is due now (then it
   // counts as finished).
   std::optional<grpc::Status> Due() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_ || calls_ > 0 || (!end_now_ && !reads_done_)) {
+    if (finished_ || writing_ || calls_ > 0 || handing_ ||
+        (!end_now_ && !reads_done_)) {
       return std::nullopt;
     }
     finished_ = true;
@@ -317,6 +335,9 @@ class PsService::StreamReactor final
   absl::Mutex mu_;
   int refs_ ABSL_GUARDED_BY(mu_) = 1;
   int calls_ ABSL_GUARDED_BY(mu_) = 0;  // handled, not yet answered
+  // A frame is with its handler, and the next read not yet started: the
+  // stream may not finish before that read starts.
+  bool handing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> end_now_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
