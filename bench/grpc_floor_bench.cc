@@ -68,19 +68,12 @@ Bytes Request(size_t size, uint32_t answer) {
 }
 
 uint32_t AskedFor(const Bytes& request) {
-  grpc::Slice first;
-  if (!request.TrySingleSlice(&first).ok()) {
-    Bytes copy(request);
-    std::vector<grpc::Slice> slices;
-    (void)copy.Dump(&slices);
-    std::string flat;
-    for (const grpc::Slice& s : slices) {
-      flat.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-    first = grpc::Slice(flat);
+  grpc::Slice bytes;
+  if (!request.TrySingleSlice(&bytes).ok()) {
+    (void)request.DumpToSingleSlice(&bytes);
   }
   uint32_t n = 0;
-  if (first.size() >= 4) std::memcpy(&n, first.begin(), 4);
+  if (bytes.size() >= 4) std::memcpy(&n, bytes.begin(), 4);
   return n;
 }
 
@@ -154,6 +147,23 @@ class EchoService final : public grpc::Service {
   _exit(0);
 }
 
+// The next event of `queue` came, and succeeded.
+bool NextOk(grpc::CompletionQueue& queue) {
+  void* tag;
+  bool ok;
+  return queue.Next(&tag, &ok) && ok;
+}
+
+// Shuts `queue` down and takes what is left in it (a queue may not be
+// destroyed with events in it).
+void Drain(grpc::CompletionQueue& queue) {
+  queue.Shutdown();
+  void* tag;
+  bool ok;
+  while (queue.Next(&tag, &ok)) {
+  }
+}
+
 // One way of calling: Call() sends `request` and returns when the answer
 // is in.
 class Caller {
@@ -193,17 +203,9 @@ class UnaryQueue final : public Caller {
     auto call = stub_.PrepareUnaryCall(&context, kUnary, request, &queue_);
     call->StartCall();
     call->Finish(&answer, &status, this);
-    void* tag;
-    bool ok;
-    return queue_.Next(&tag, &ok) && ok && status.ok();
+    return NextOk(queue_) && status.ok();
   }
-  ~UnaryQueue() override {
-    queue_.Shutdown();
-    void* tag;
-    bool ok;
-    while (queue_.Next(&tag, &ok)) {
-    }
-  }
+  ~UnaryQueue() override { Drain(queue_); }
 
  private:
   grpc::GenericStub& stub_;
@@ -262,31 +264,26 @@ class StreamQueue final : public Caller {
   explicit StreamQueue(grpc::GenericStub& stub)
       : stream_(stub.PrepareCall(&context_, kStream, &queue_)) {
     stream_->StartCall(this);
-    Next();
+    NextOk(queue_);
   }
   bool Call(const Bytes& request) override {
     Bytes answer;
     stream_->Write(request, this);
     stream_->Read(&answer, this);
-    return Next() & Next();
+    // Both events come, in either order.
+    const bool first = NextOk(queue_);
+    return NextOk(queue_) && first;
   }
   ~StreamQueue() override {
     stream_->WritesDone(this);
-    Next();
+    NextOk(queue_);
     grpc::Status status;
     stream_->Finish(&status, this);
-    Next();
-    queue_.Shutdown();
-    while (Next()) {
-    }
+    NextOk(queue_);
+    Drain(queue_);
   }
 
  private:
-  bool Next() {
-    void* tag;
-    bool ok;
-    return queue_.Next(&tag, &ok) && ok;
-  }
   grpc::ClientContext context_;
   grpc::CompletionQueue queue_;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream_;
@@ -299,11 +296,6 @@ std::unique_ptr<Caller> MakeCaller(const std::string& mode,
   if (mode == "stream-callback") return std::make_unique<StreamCallback>(stub);
   if (mode == "stream-cq") return std::make_unique<StreamQueue>(stub);
   return nullptr;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * (v.size() - 1))];
 }
 
 }  // namespace
@@ -396,7 +388,8 @@ int main(int argc, char** argv) {
                     .count());
           }
         }
-        times[m][s].emplace_back(Percentile(us, 0.5), Percentile(us, 0.9));
+        times[m][s].emplace_back(hetps::Percentile(us, 0.5),
+                                 hetps::Percentile(us, 0.9));
       }
     }
   }

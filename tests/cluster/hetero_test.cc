@@ -601,7 +601,7 @@ TEST(HeteroClusterTest, PlacementPlansBucketsOffATenthSpeedServer) {
   // sanitizer) dilutes the ratio: 1.13 was read at a quarter speed under
   // ASan on a busy CI machine. The first plan with moves made at a
   // max/mean over 1.3 is judged: a plan read in a quieter moment may be
-  // noise either way (CI's TSan pass judged one that moved 0 -> 1 because
+  // noise either way (a CI sanitizer pass judged one that moved 0 -> 1 as
   // an earlier plan had been over 1.3).
   double largest = 0;
   const nlohmann::json status =
