@@ -291,6 +291,37 @@ TEST(TensorCallsTest, APushIsParsedWithItsTensorsApartAndTheirValuesChecked) {
   }
 }
 
+// The NaN/Inf check made while a push's values are copied sees a bad
+// value wherever gRPC's buffers cut it, and only a bad one. (Buffers of
+// at least 24 bytes: gRPC joins smaller ones into one.)
+TEST(TensorCallsTest, AValueCutByGrpcsBuffersIsCheckedWhole) {
+  for (size_t cut : {25, 26, 27, 29, 30, 31}) {
+    for (int bad_at = -1; bad_at < 32; ++bad_at) {
+      SCOPED_TRACE(::testing::Message() << "cut " << cut << " bad " << bad_at);
+      rpc::PushRequest message;
+      message.set_worker_id(1);
+      rpc::TableGradient* g = message.add_gradients();
+      g->set_table("emb");
+      std::vector<float> values(32);
+      for (size_t i = 0; i < values.size(); ++i) values[i] = 1e30f - i;
+      if (bad_at >= 0) {
+        values[bad_at] = std::numeric_limits<float>::infinity();
+      }
+      g->set_values(std::string(reinterpret_cast<const char*>(values.data()),
+                                values.size() * sizeof(float)));
+      const std::string bytes = message.SerializeAsString();
+      grpc::Slice whole(bytes);
+      grpc::ByteBuffer buffer(&whole, 1);
+      grpc::ByteBuffer resliced = Resliced(buffer, cut);
+      ReceivedPush push;
+      ASSERT_TRUE(ParsePush(&resliced, &push).ok());
+      ASSERT_EQ(push.gradients.size(), 1u);
+      EXPECT_EQ(SliceBytes(push.gradients[0].values), g->values());
+      EXPECT_EQ(push.gradients[0].finite, bad_at < 0);
+    }
+  }
+}
+
 // A request cut short, or whose lengths run past its end, is refused,
 // allocating nothing for a length it does not carry.
 TEST(TensorCallsTest, APushCutShortOrWithLengthsPastItsEndIsRefused) {
