@@ -162,6 +162,7 @@ absl::StatusOr<std::vector<rpc::PrepareMoveResponse>> BucketMover::Prepare(
     });
     if (!status.ok()) return ServerError(s, "PrepareMove", status);
   }
+  connected_ = true;
   Observe(responses);
   return responses;
 }
@@ -194,11 +195,20 @@ void BucketMover::Observe(const std::vector<rpc::PrepareMoveResponse>& seen) {
   observed_at_ = now;
 }
 
-uint32_t BucketMover::HoldAhead() const {
-  const double clocks = clocks_per_s_ * absl::ToDoubleSeconds(hold_time_);
+uint32_t HoldAheadClocks(double clocks_per_s,
+                         std::span<const absl::Duration> holds) {
+  if (holds.empty()) return 0;
+  std::vector<absl::Duration> sorted(holds.begin(), holds.end());
+  std::sort(sorted.begin(), sorted.end());
+  const absl::Duration hold = sorted[(sorted.size() - 1) / 2];
+  const double clocks = clocks_per_s * absl::ToDoubleSeconds(hold);
   if (clocks < 0.1) return 0;
   return static_cast<uint32_t>(
       std::min<double>(std::ceil(clocks), kMaxHoldAhead));
+}
+
+uint32_t BucketMover::HoldAhead() const {
+  return HoldAheadClocks(clocks_per_s_, holds_);
 }
 
 absl::Status BucketMover::Adopt(const ShardMap& map,
@@ -258,7 +268,11 @@ absl::StatusOr<MoveReport> BucketMover::Move(
     }
   }
 
-  // 1. Holds, and what every server has seen.
+  // 1. Holds, and what every server has seen. A first move connects
+  // first: the hold's length sets the next cuts' (HoldAhead).
+  if (!connected_) {
+    if (auto s = Prepare(/*hold=*/false); !s.ok()) return s.status();
+  }
   const uint32_t ahead = HoldAhead();
   const absl::Time hold_began = absl::Now();
   auto prepared = Prepare(/*hold=*/true, ahead);
@@ -308,7 +322,8 @@ absl::StatusOr<MoveReport> BucketMover::Move(
     return handover.status();
   }
   if (auto s = Adopt(*handover); !s.ok()) return s;
-  hold_time_ = absl::Now() - hold_began;
+  holds_.push_back(absl::Now() - hold_began);
+  if (holds_.size() > kHoldsKept) holds_.erase(holds_.begin());
   report.hold_ahead = ahead;
   std::vector<uint32_t> buckets;
   for (const auto& [bucket, pending] : handover->pending()) {

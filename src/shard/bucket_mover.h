@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,15 @@ struct MoveReport {
   absl::Duration held;
   absl::Duration total;
 };
+
+// How many clocks past the newest seen a move's cut goes (hold_ahead):
+// those the fastest worker (`clocks_per_s`) starts while a hold lasts,
+// rounded up, at most kMaxHoldAhead; 0 when that is under a tenth of a
+// clock. A hold is taken to last as long as the median of the last
+// `holds` (the lower middle of an even count; none: 0 s), so that one slow
+// hold (a connection made, a stall) does not move the next cuts far ahead.
+uint32_t HoldAheadClocks(double clocks_per_s,
+                         std::span<const absl::Duration> holds);
 
 class BucketMover {
  public:
@@ -121,10 +131,9 @@ class BucketMover {
   // note at least kPaceInterval before, the fastest worker's pace.
   void Observe(const std::vector<rpc::PrepareMoveResponse>& seen)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // How many clocks past the newest seen the cut goes (hold_ahead): those
-  // the fastest worker starts while the hold lasts (from PrepareMove(hold)
-  // until the handover map is in force, as long as the last one took),
-  // rounded up; 0 when that is under a tenth of a clock. A request held
+  // How many clocks past the newest seen the cut goes (hold_ahead):
+  // HoldAheadClocks of the workers' pace and the last moves' holds (from
+  // PrepareMove(hold) until the handover map is in force). A request held
   // waits for that whole time; a cut further ahead costs no request
   // anything, but the move waits that many more clocks of the workers.
   uint32_t HoldAhead() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -164,12 +173,16 @@ class BucketMover {
   std::vector<Server> servers_ ABSL_GUARDED_BY(mu_);
   // The workers' pace: the newest clock of each (Observe), when it was
   // noted, the fastest worker's clocks per second, and how long the last
-  // move's hold lasted.
+  // kHoldsKept moves' holds lasted, oldest first.
   static constexpr absl::Duration kPaceInterval = absl::Milliseconds(5);
+  static constexpr size_t kHoldsKept = 5;
   ShardMap::Cut observed_ ABSL_GUARDED_BY(mu_);
   absl::Time observed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double clocks_per_s_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Duration hold_time_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Duration> holds_ ABSL_GUARDED_BY(mu_);
+  // Whether a PrepareMove has answered on every server: until then a
+  // move's hold would include making the connections.
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace hetps

@@ -285,6 +285,37 @@ TEST(BucketMoverTest, ACallThatKeepsFailingEndsTheMoveNamingTheServer) {
   EXPECT_GT(plan.calls("PrepareMove"), 2);
 }
 
+// The cut lies as many clocks ahead as the fastest worker starts while a
+// hold lasts, the hold taken as the median of the last ones: one slow hold
+// (a connection made, a stall) does not push the next cuts to the cap.
+TEST(BucketMoverTest, HoldAheadFollowsTheMedianHoldNotOneSlowOne) {
+  const auto ms = [](int64_t n) { return absl::Milliseconds(n); };
+  using Holds = std::vector<absl::Duration>;
+  EXPECT_EQ(HoldAheadClocks(100, Holds{}), 0u);
+  EXPECT_EQ(HoldAheadClocks(100, Holds{ms(10)}), 1u);
+  EXPECT_EQ(HoldAheadClocks(100, Holds{ms(25)}), 3u);  // 2.5, rounded up
+  EXPECT_EQ(HoldAheadClocks(100, Holds{ms(500), ms(10)}), 1u);
+  EXPECT_EQ(HoldAheadClocks(100, Holds{ms(10), ms(500), ms(20)}), 2u);
+  EXPECT_EQ(HoldAheadClocks(100, Holds{ms(500), ms(400), ms(20)}), 40u);
+  EXPECT_EQ(HoldAheadClocks(1000, Holds{absl::Seconds(1)}), kMaxHoldAhead);
+  EXPECT_EQ(HoldAheadClocks(5, Holds{ms(10)}), 0u);  // a twentieth of one
+}
+
+// A mover's first move makes its connections before the hold (a
+// PrepareMove that holds nothing on every server), so that the hold's
+// length, which sets the next cuts, is not theirs; later moves do not.
+TEST_F(MovedBucketTest, AFirstMoveConnectsBeforeItsHold) {
+  FaultPlan plan;
+  BucketMover mover(servers.endpoints(), ConsistencyMode::kAsync,
+                    FaultyStubs(plan));
+  ASSERT_TRUE(mover.Move({{trained.bucket, 1}}).ok());
+  const int first = plan.calls("PrepareMove");
+  ASSERT_TRUE(mover.Move({{trained.bucket, 0}}).ok());
+  const int second = plan.calls("PrepareMove") - first;
+  EXPECT_EQ(first - second, 2);  // one more on each of the two servers
+  EXPECT_EQ(from.ps->shard_map().owner(trained.bucket), 0u);
+}
+
 // A push of worker `worker` at `clock` of one row of `key`, split by map
 // `map_version`.
 rpc::PushRequest OneRowPush(uint32_t worker, uint64_t clock, uint64_t key,
