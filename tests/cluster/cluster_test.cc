@@ -421,10 +421,11 @@ void AwaitMoves(const std::atomic<int>& moves, int count) {
 void ResumeAfterSavesWhileBucketsMove(const CheckpointedMigration& job) {
   constexpr int kFirst = 60;
   // Past kMaxHoldAhead (64) with room: a move's cut lies as many clocks
-  // ahead as the workers ran during the last move's hold, and the resumed
-  // job's first hold includes the mover's connecting. At 40 rounds, under
-  // TSan, the second move's cut lay past the last round in 3 of 4 runs:
-  // passed only when the workers left, 2 moves made.
+  // ahead as the workers run during a hold (the median of the last ones),
+  // up to that cap, and under TSan a hold is long. At 40 rounds, when the
+  // cut followed the last hold alone (which for the resumed job's first
+  // move included the mover's connecting), the second move's cut lay past
+  // the last round in 3 of 4 TSan runs: 2 moves made.
   constexpr int kSecond = 150;
   const auto keys = CheckedKeys();
   TempDir dir;
