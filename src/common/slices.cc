@@ -97,6 +97,79 @@ uint32_t LengthDelimitedTag(uint32_t field) {
                                  WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 }
 
+// protobuf's parser (parse_context.h) reads tags and lengths of at most
+// five bytes; CodedInputStream alone takes up to ten, dropping the high
+// bits. These read them as the parser does.
+bool ReadTag(google::protobuf::io::CodedInputStream& in, uint32_t* tag) {
+  const int at = in.CurrentPosition();
+  *tag = in.ReadTag();
+  return *tag != 0 && in.CurrentPosition() - at <= 5;
+}
+bool ReadLength(google::protobuf::io::CodedInputStream& in, uint32_t* length) {
+  const int at = in.CurrentPosition();
+  return in.ReadVarint32(length) && in.CurrentPosition() - at <= 5 &&
+         *length <= static_cast<uint32_t>(in.BytesUntilLimit());
+}
+
+// Copies the field `tag` (already read from `in`) to `out`, false where
+// protobuf's parser refuses it. A group is read field by field with the
+// same rules (WireFormatLite::SkipField would take a long tag inside one).
+bool CopyField(google::protobuf::io::CodedInputStream& in, uint32_t tag,
+               google::protobuf::io::CodedOutputStream& out) {
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT: {
+      uint64_t value;
+      if (!in.ReadVarint64(&value)) return false;
+      out.WriteTag(tag);
+      out.WriteVarint64(value);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_FIXED64: {
+      uint64_t value;
+      if (!in.ReadLittleEndian64(&value)) return false;
+      out.WriteTag(tag);
+      out.WriteLittleEndian64(value);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_FIXED32: {
+      uint32_t value;
+      if (!in.ReadLittleEndian32(&value)) return false;
+      out.WriteTag(tag);
+      out.WriteLittleEndian32(value);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      uint32_t length;
+      std::string bytes;
+      if (!ReadLength(in, &length) || !in.ReadString(&bytes, length)) {
+        return false;
+      }
+      out.WriteTag(tag);
+      out.WriteVarint32(length);
+      out.WriteString(bytes);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_START_GROUP: {
+      if (!in.IncrementRecursionDepth()) return false;
+      const uint32_t end =
+          WireFormatLite::MakeTag(WireFormatLite::GetTagFieldNumber(tag),
+                                  WireFormatLite::WIRETYPE_END_GROUP);
+      out.WriteTag(tag);
+      for (uint32_t inner; ReadTag(in, &inner);) {
+        if (inner == end) {
+          in.DecrementRecursionDepth();
+          out.WriteTag(end);
+          return true;
+        }
+        if (!CopyField(in, inner, out)) return false;
+      }
+      return false;  // the group does not end
+    }
+    default:  // an end without its group, or wire type 6 or 7
+      return false;
+  }
+}
+
 }  // namespace
 
 grpc::Slice NewTensorBuffer(size_t bytes) {
@@ -160,20 +233,14 @@ bool ReadFieldsApart(google::protobuf::io::CodedInputStream& in,
   google::protobuf::io::StringOutputStream rest_stream(rest);
   google::protobuf::io::CodedOutputStream rest_out(&rest_stream);
   while (in.BytesUntilLimit() > 0) {
-    const int at = in.CurrentPosition();
-    const uint32_t tag = in.ReadTag();
-    // (CodedInputStream alone takes tags of up to ten bytes.)
-    if (tag == 0 || in.CurrentPosition() - at > 5) return false;
+    uint32_t tag;
+    if (!ReadTag(in, &tag)) return false;
     const uint32_t field = WireFormatLite::GetTagFieldNumber(tag);
     if (tag == LengthDelimitedTag(field) &&
         std::find(fields.begin(), fields.end(), field) != fields.end()) {
       uint32_t length = 0;
-      if (!in.ReadVarint32(&length) ||
-          length > static_cast<uint32_t>(in.BytesUntilLimit()) ||
-          !take(field, length, in)) {
-        return false;
-      }
-    } else if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
+      if (!ReadLength(in, &length) || !take(field, length, in)) return false;
+    } else if (!CopyField(in, tag, rest_out)) {
       return false;
     }
   }

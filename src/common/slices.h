@@ -83,9 +83,11 @@ grpc::ByteBuffer SerializeWithBytesField(
 // Reads a message's fields from `in` up to its current limit: for each
 // length-delimited field whose number is in `fields`, `take(field, length,
 // in)` must read exactly its `length` bytes (false: the bytes are not
-// that field); every other field is copied into `rest` as it came. False
-// for bytes protobuf's own parser refuses (a tag cut short, 0 or of more
-// than five bytes, a length past the limit — before `take` sees it).
+// that field); every other field is copied into `rest`. False for bytes
+// protobuf's own parser refuses, inside groups too (a tag or length cut
+// short or of more than five bytes, a tag 0, a length past the limit, a
+// group that does not end with its own end tag or nests too deep) —
+// before `take` sees them.
 using FieldReader =
     std::function<bool(uint32_t field, uint32_t length,
                        google::protobuf::io::CodedInputStream& in)>;

@@ -443,6 +443,71 @@ TEST(TensorCallsTest, BytesThatAreNoFrameAreRefused) {
   }
 }
 
+// ReadFrame takes what protobuf's parser takes and nothing else, in fields
+// the frame does not know as well: inside a group, a tag or length of six
+// bytes is refused (found by tests/fuzz/frame_fuzzer), so is a group
+// ended by another field's end tag or not at all, or nested too deep.
+TEST(TensorCallsTest, AFrameIsReadByProtobufsRulesInsideUnknownFields) {
+  auto read = [](const std::string& bytes, rpc::TensorFrame* header,
+                 std::string* body) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer frame(&slice, 1);
+    grpc::ByteBuffer read_body;
+    const grpc::Status s = ReadFrame(&frame, header, &read_body);
+    if (!s.ok()) return false;
+    *body = Bytes(read_body);
+    return true;
+  };
+  rpc::TensorFrame header;
+  std::string body;
+  // A group (field 14) holding a varint and bytes, then the body.
+  const std::string taken(
+      "\x08\x07\x73\x08\x01\x32\x02hi\x74\x2a\x03"
+      "abc",
+      15);
+  ASSERT_TRUE(rpc::TensorFrame().ParseFromString(taken));
+  ASSERT_TRUE(read(taken, &header, &body));
+  EXPECT_EQ(header.id(), 7u);
+  EXPECT_EQ(body, "abc");
+
+  const std::string refused[] = {
+      // tag 0x78 in six bytes, inside a group
+      std::string("\x08\x01\x73\xf8\x80\x80\x80\x80\x00\x01\x74", 11),
+      // an unknown field's length 3 in six bytes, inside a group and not
+      std::string("\x73\x32\x83\x80\x80\x80\x80\x00"
+                  "abc\x74",
+                  12),
+      std::string("\x32\x83\x80\x80\x80\x80\x00"
+                  "abc",
+                  10),
+      // the body's length in six bytes
+      std::string("\x2a\x83\x80\x80\x80\x80\x00"
+                  "abc",
+                  10),
+      // a group ended by field 15's end tag; one not ended
+      std::string("\x73\x08\x01\x7c", 4),
+      std::string("\x73\x08\x01", 3),
+      // a tag 0 inside a group
+      std::string("\x73\x00\x74", 3),
+  };
+  for (const std::string& bytes : refused) {
+    ASSERT_FALSE(rpc::TensorFrame().ParseFromString(bytes));
+    EXPECT_FALSE(read(bytes, &header, &body))
+        << ::testing::PrintToString(bytes);
+  }
+  // Groups in groups: refused past the same depth as protobuf refuses them.
+  int deepest_taken = 0;
+  for (int depth = 1; depth <= 130; ++depth) {
+    const std::string nested =
+        std::string(depth, '\x73') + std::string(depth, '\x74');
+    const bool parsed = rpc::TensorFrame().ParseFromString(nested);
+    EXPECT_EQ(read(nested, &header, &body), parsed) << depth;
+    if (parsed) deepest_taken = depth;
+  }
+  EXPECT_GE(deepest_taken, 90);
+  EXPECT_LT(deepest_taken, 130);
+}
+
 // A large tensor buffer given back is the next one of its size: its pages
 // are not taken from the heap again.
 TEST(TensorCallsTest, ALargeTensorBufferIsReusedOnceGivenBack) {
