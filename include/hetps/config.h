@@ -131,8 +131,9 @@ struct ServerProfileConfig {
 // by load"). Off by default: measured in docs/BENCHMARKS.md §12 (1.66x
 // the steps/s of static hash with one of 4 servers at half speed where the
 // servers limit the job, and in the hetero job with slow servers the target
-// AUC as soon or sooner, 1.5x sooner on generated Criteo; pulls that
-// overlap a move still see 2-4x the steady p99). With checkpoint.dir,
+// AUC as soon or sooner, 1.5x sooner on generated Criteo; the p99 of the
+// pulls that overlap a move is ~1.9-2.0x the steady one at the median of
+// runs, up to ~2.3x in some). With checkpoint.dir,
 // saves and whole-job resumes keep moved buckets exactly, and a server
 // restarted mid-move rejoins it (docs/CHECKPOINTS.md, "Bucket moves").
 struct ShardingConfig {
