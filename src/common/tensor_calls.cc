@@ -401,6 +401,9 @@ bool ReadTensor(google::protobuf::io::CodedInputStream& in, uint32_t length,
 // `tensors`, its other fields into `message`.
 bool ReadGradient(google::protobuf::io::CodedInputStream& in, uint32_t length,
                   rpc::TableGradient* message, ReceivedPush::Tensors* tensors) {
+  // A message inside the push: a level of the depth protobuf allows the
+  // groups in it.
+  if (!in.IncrementRecursionDepth()) return false;
   const auto limit = in.PushLimit(static_cast<int>(length));
   constexpr uint32_t kTensors[] = {rpc::TableGradient::kKeysFieldNumber,
                                    rpc::TableGradient::kValuesFieldNumber};
@@ -415,6 +418,7 @@ bool ReadGradient(google::protobuf::io::CodedInputStream& in, uint32_t length,
       },
       &fields);
   in.PopLimit(limit);
+  in.DecrementRecursionDepth();
   return read && message->ParseFromString(fields);
 }
 

@@ -372,6 +372,33 @@ TEST(TensorCallsTest, APushCutShortOrWithLengthsPastItsEndIsRefused) {
   }
 }
 
+// Groups inside a gradient nest one level less deep than at the top:
+// the gradient is a message of its own, and ParsePush counts it as
+// protobuf does.
+TEST(TensorCallsTest, GroupsInAGradientNestAsDeepAsProtobufAllows) {
+  int deepest_taken = 0;
+  for (int depth = 90; depth <= 110; ++depth) {
+    const std::string gradient = std::string(
+                                     "\x0a\x03"
+                                     "emb") +
+                                 std::string(depth, '\x73') +
+                                 std::string(depth, '\x74');
+    ASSERT_LT(gradient.size(), 1u << 14);  // its length in two bytes
+    const std::string bytes =
+        std::string("\x2a") +
+        static_cast<char>(0x80 | (gradient.size() & 0x7f)) +
+        static_cast<char>(gradient.size() >> 7) + gradient;
+    const bool parsed = rpc::PushRequest().ParseFromString(bytes);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    ReceivedPush push;
+    EXPECT_EQ(ParsePush(&buffer, &push).ok(), parsed) << depth;
+    if (parsed) deepest_taken = depth;
+  }
+  EXPECT_GT(deepest_taken, 90);
+  EXPECT_LT(deepest_taken, 110);
+}
+
 // A frame is an ordinary TensorFrame on the wire, and reads back into its
 // header and a body that shares the frame's slices (a large tensor is not
 // copied), in whatever slices it was received.
