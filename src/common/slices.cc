@@ -112,32 +112,14 @@ bool ReadLength(google::protobuf::io::CodedInputStream& in, uint32_t* length) {
 }
 
 // Copies the field `tag` (already read from `in`) to `out`, false where
-// protobuf's parser refuses it. A group is read field by field with the
-// same rules (WireFormatLite::SkipField would take a long tag inside one).
+// protobuf's parser refuses it. A length and a group are read with the
+// parser's rules (WireFormatLite::SkipField takes a length of up to ten
+// bytes, and a long tag inside a group); SkipField reads the other wire
+// types as the parser does, and refuses an end without its group and wire
+// types 6 and 7.
 bool CopyField(google::protobuf::io::CodedInputStream& in, uint32_t tag,
                google::protobuf::io::CodedOutputStream& out) {
   switch (WireFormatLite::GetTagWireType(tag)) {
-    case WireFormatLite::WIRETYPE_VARINT: {
-      uint64_t value;
-      if (!in.ReadVarint64(&value)) return false;
-      out.WriteTag(tag);
-      out.WriteVarint64(value);
-      return true;
-    }
-    case WireFormatLite::WIRETYPE_FIXED64: {
-      uint64_t value;
-      if (!in.ReadLittleEndian64(&value)) return false;
-      out.WriteTag(tag);
-      out.WriteLittleEndian64(value);
-      return true;
-    }
-    case WireFormatLite::WIRETYPE_FIXED32: {
-      uint32_t value;
-      if (!in.ReadLittleEndian32(&value)) return false;
-      out.WriteTag(tag);
-      out.WriteLittleEndian32(value);
-      return true;
-    }
     case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
       uint32_t length;
       std::string bytes;
@@ -165,8 +147,8 @@ bool CopyField(google::protobuf::io::CodedInputStream& in, uint32_t tag,
       }
       return false;  // the group does not end
     }
-    default:  // an end without its group, or wire type 6 or 7
-      return false;
+    default:
+      return WireFormatLite::SkipField(&in, tag, &out);
   }
 }
 
