@@ -583,6 +583,7 @@ void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
     total.bytes += report->bytes;
     total.wait += report->wait;
     total.transfer += report->transfer;
+    total.learn += report->learn;
     total.hold_ahead = std::max(total.hold_ahead, report->hold_ahead);
     longest_held = std::max(longest_held, report->held);
     total.map = report->map;
@@ -594,14 +595,16 @@ void Coordinator::CarryOut(const std::vector<BucketMove>& moves) {
   if (steps == 0) return;
   const std::string line = absl::StrFormat(
       "%d buckets, %d rows (%.1f MB) in %.0f ms (%d steps, the longest %.0f "
-      "ms; in all %.0f ms waiting for the workers to pass the cuts and %.0f "
-      "ms handing rows over; a read its old owner refused waited at most "
-      "%.0f ms; cuts up to %d clocks ahead); map version %d",
+      "ms; in all %.0f ms waiting for the workers to pass the cuts, %.0f "
+      "ms handing rows over and %.0f ms for the workers to learn the new "
+      "map; a read its old owner refused waited at most %.0f ms; cuts up to "
+      "%d clocks ahead); map version %d",
       total.buckets, total.rows, total.bytes / 1e6,
       absl::ToDoubleMilliseconds(absl::Now() - began), steps,
       absl::ToDoubleMilliseconds(longest),
       absl::ToDoubleMilliseconds(total.wait),
       absl::ToDoubleMilliseconds(total.transfer),
+      absl::ToDoubleMilliseconds(total.learn),
       absl::ToDoubleMilliseconds(longest_held), total.hold_ahead,
       total.map->version());
   spdlog::info("placement: moved {}", line);

@@ -85,7 +85,8 @@ PsServer::PsServer(const JobConfig& config, uint32_t rank, ShardMap shard_map,
       readers_("ps-reader", paced_ ? TaskPool::kUnbounded
                                    : static_cast<size_t>(std::max(
                                          1.0, std::ceil(ReadCpuLimit().cpus)))),
-      seen_(config.num_workers()) {
+      seen_(config.num_workers()),
+      seen_maps_(config.num_workers()) {
   for (int w = 0; w < config_.num_workers(); ++w) {
     live_.push_back(static_cast<uint32_t>(w));
   }
@@ -304,6 +305,7 @@ void PsServer::PullSparse(grpc::ServerContextBase* context,
   auto scratch = std::make_shared<std::vector<uint64_t>>();
   std::span<const uint64_t> keys = ViewAs<uint64_t>(request.keys(), *scratch);
   const ShardMap::RequestClock at = AtOf(request);
+  NoteRequest(at, request.map_version());
   // An async read may be served by whoever holds the rows, before the
   // cut and past it alike (CheckLeavingRead): a move being prepared holds
   // it in the other modes only.
@@ -411,6 +413,7 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
         "push: worker_id is the read-only client's (kReaderId)");
   }
   const ShardMap::RequestClock at = AtOf(request);
+  NoteRequest(at, request.map_version());
   if (auto s = AwaitMoves(context, at, {}, /*hold=*/true); !s.ok()) return s;
   PushView view;
   view.worker_id = request.worker_id();

@@ -280,10 +280,12 @@ class PsServer final {
             .incarnation = request.incarnation(),
             .clock = request.clock()};
   }
+  // Notes `at` as its worker's newest request, split by map `map_version`
+  // (what PrepareMove reports; ps_server_moves.cc). Before AwaitMoves.
+  void NoteRequest(const ShardMap::RequestClock& at, uint64_t map_version);
   // The migration gates of a request at `at` (ps_server_moves.cc). With no
-  // keys: notes `at` as its worker's newest (what PrepareMove reports) and,
-  // with `hold`, while a move is prepared, holds a request at or past its
-  // worker's hold point until the new map is adopted. With a pull's keys
+  // keys, and `hold`: while a move is prepared, holds a request at or past
+  // its worker's hold point until the new map is adopted. With a pull's keys
   // (checked to be this server's; `hold` unused): waits until the rows of
   // those moving here have arrived (a push waits for none: its rows'
   // gradients are held, HoldPushes).
@@ -327,7 +329,7 @@ class PsServer final {
   std::shared_ptr<const ShardMap> map_ ABSL_GUARDED_BY(map_mu_);
   // Held shared by a read of buckets leaving here (ReadWhileHere), and by
   // HandOver while it marks them given up: no read of a bucket runs here
-  // once its new owner may apply pushes to it.
+  // once it is given up.
   absl::Mutex handover_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);
   // Buckets this server gave up (HandOver give_up) whose move has not
   // settled (null: none): their new owners hold the rows, and reads of
@@ -353,8 +355,10 @@ class PsServer final {
   TaskPool readers_;
 
   // Live bucket migration. Per worker the newest (incarnation, clock) of a
-  // request, packed (PackAt) so that a larger number is a later request.
+  // request, packed (PackAt) so that a larger number is a later request,
+  // and the newest shard map version its requests were split by.
   std::vector<std::atomic<uint64_t>> seen_;
+  std::vector<std::atomic<uint64_t>> seen_maps_;
   // True while a move is prepared or rows are on their way here: requests
   // take move_mu_ only then.
   std::atomic<bool> moving_{false};

@@ -44,17 +44,21 @@ PsServer::NoBlockingScope::NoBlockingScope() : outer_(t_no_blocking) {
 
 PsServer::NoBlockingScope::~NoBlockingScope() { t_no_blocking = outer_; }
 
+void PsServer::NoteRequest(const ShardMap::RequestClock& at,
+                           uint64_t map_version) {
+  if (at.worker >= seen_.size()) return;  // the reader, or out of range
+  auto raise = [](std::atomic<uint64_t>& newest, uint64_t value) {
+    uint64_t old = newest.load();
+    while (old < value && !newest.compare_exchange_weak(old, value)) {
+    }
+  };
+  raise(seen_[at.worker], PackAt(at.incarnation, at.clock));
+  raise(seen_maps_[at.worker], map_version);
+}
+
 absl::Status PsServer::AwaitMoves(grpc::ServerContextBase* context,
                                   const ShardMap::RequestClock& at,
                                   std::span<const uint64_t> keys, bool hold) {
-  const bool worker = at.worker < seen_.size();
-  const uint64_t packed = PackAt(at.incarnation, at.clock);
-  if (keys.empty() && worker) {
-    std::atomic<uint64_t>& seen = seen_[at.worker];
-    uint64_t old = seen.load();
-    while (old < packed && !seen.compare_exchange_weak(old, packed)) {
-    }
-  }
   if ((keys.empty() && !hold) || !moving_.load()) return absl::OkStatus();
   absl::MutexLock lock(&move_mu_);
   if (t_no_blocking && MustWait(at, keys, hold)) {
@@ -311,6 +315,7 @@ grpc::Status PsServer::PrepareMove(grpc::ServerContextBase*,
     out->set_worker(w);
     out->set_incarnation(at.incarnation);
     out->set_clock(at.clock);
+    out->set_map_version(seen_maps_[w].load());
   }
   for (uint32_t w : live_) response->add_live_workers(w);
   // Only the mover's first call wants the map: the others poll, every

@@ -26,6 +26,36 @@ bool Passed(const rpc::WorkerCut& seen, const ShardMap::WorkerCut& cut) {
   return seen.clock() >= cut.clock;
 }
 
+// The live workers any server in `seen` knows, each once.
+std::vector<uint32_t> LiveWorkers(
+    const std::vector<rpc::PrepareMoveResponse>& seen) {
+  std::vector<uint32_t> live;
+  for (const rpc::PrepareMoveResponse& r : seen) {
+    live.insert(live.end(), r.live_workers().begin(), r.live_workers().end());
+  }
+  std::sort(live.begin(), live.end());
+  live.erase(std::unique(live.begin(), live.end()), live.end());
+  return live;
+}
+
+// Whether every live worker that a server in `seen` has seen has split a
+// request by map `version` or a newer one.
+bool EveryWorkerSplitsBy(const std::vector<rpc::PrepareMoveResponse>& seen,
+                         uint64_t version) {
+  for (uint32_t w : LiveWorkers(seen)) {
+    bool named = false, learned = false;
+    for (const rpc::PrepareMoveResponse& r : seen) {
+      for (const rpc::WorkerCut& s : r.seen()) {
+        if (s.worker() != w) continue;
+        named = true;
+        learned = learned || s.map_version() >= version;
+      }
+    }
+    if (named && !learned) return false;
+  }
+  return true;
+}
+
 // `at` for `worker` in `cut`, unless the cut names a later point for it
 // (a newer incarnation, or a later clock of the same one).
 void KeepLater(ShardMap::Cut& cut, uint32_t worker, ShardMap::WorkerCut at) {
@@ -87,8 +117,12 @@ std::map<uint32_t, rpc::MovedRows> ByDestination(const rpc::MovedRows& rows,
 BucketMover::BucketMover(std::vector<std::string> endpoints,
                          ConsistencyMode mode, ParameterServerStubs stubs,
                          absl::Duration rpc_timeout,
-                         absl::Duration pass_timeout)
-    : mode_(mode), rpc_timeout_(rpc_timeout), pass_timeout_(pass_timeout) {
+                         absl::Duration pass_timeout,
+                         absl::Duration learn_timeout)
+    : mode_(mode),
+      rpc_timeout_(rpc_timeout),
+      pass_timeout_(pass_timeout),
+      learn_timeout_(learn_timeout) {
   absl::MutexLock lock(&mu_);
   for (std::string& endpoint : endpoints) {
     auto stub = stubs(endpoint);
@@ -368,14 +402,8 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
   while (true) {
     auto seen = Prepare(/*hold=*/false);
     if (!seen.ok()) return seen.status();
-    std::vector<uint32_t> live;
-    for (const rpc::PrepareMoveResponse& r : *seen) {
-      live.insert(live.end(), r.live_workers().begin(), r.live_workers().end());
-    }
-    std::sort(live.begin(), live.end());
-    live.erase(std::unique(live.begin(), live.end()), live.end());
     std::vector<uint32_t> behind;
-    for (uint32_t w : live) {
+    for (uint32_t w : LiveWorkers(*seen)) {
       const auto at = cut.find(w);
       if (at == cut.end()) continue;  // never seen: past the cut at once
       bool passed = false;
@@ -450,17 +478,29 @@ absl::StatusOr<MoveReport> BucketMover::Complete(
   // Only after 5: given up before, the old owners refused every read of
   // the buckets until the client had an answer from a new owner with the
   // settled map, and those reads, asked twice, were the slowest of a move.
+  // And only once every live worker has split a request by the settled
+  // map (or learn_timeout has passed): until then the old owners serve
+  // reads split by an older one (docs/BENCHMARKS.md §12, "Refused reads:
+  // the give-up after the workers learn the settled map").
+  const absl::Time settled_began = absl::Now();
+  while (absl::Now() - settled_began < learn_timeout_ && !cancelled_) {
+    auto seen = Prepare(/*hold=*/false);
+    if (!seen.ok()) return seen.status();
+    if (EveryWorkerSplitsBy(*seen, settled.version())) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  report.learn = absl::Now() - settled_began;
   for (const auto& [source, list] : by_source) {
     rpc::MovedRows none;
     if (auto s = HandOver(source, list, /*give_up=*/true, &none); !s.ok()) {
       return s;
     }
   }
-  // 7. Settled at the others (the old owners drop the rows).
-  std::vector<bool> others(servers_.size());
-  for (uint32_t s = 0; s < servers_.size(); ++s) others[s] = !first[s];
-  if (auto s = Adopt(settled, others); !s.ok()) return s;
-  report.transfer = absl::Now() - handed - report.wait;
+  // 7. Settled everywhere: the old owners drop the rows, and a new owner
+  // restarted since 5 (which took the newest map of the others, the
+  // handover map) takes it again; the others have it already.
+  if (auto s = Adopt(settled); !s.ok()) return s;
+  report.transfer = absl::Now() - handed - report.wait - report.learn;
   report.buckets = buckets.size();
   report.map = std::make_shared<const ShardMap>(settled);
   report.total = absl::Now() - began;

@@ -32,11 +32,13 @@
 //   5. AdoptShardMap(settled) on the new owners that give none of the
 //      buckets up themselves: the clients learn the settled map from
 //      their answers, and ask them for the rows.
-//   6. HandOver(give_up) on each old owner: reads of the buckets are
-//      refused there from now on (a client that still splits by the
-//      handover map asks the new owner). After 5, so that few clients do.
-//   7. AdoptShardMap(settled) on the others (the old owners drop the
-//      rows).
+//   6. Once every live worker has split a request by the settled map (or
+//      after learn_timeout): HandOver(give_up) on each old owner: reads of
+//      the buckets are refused there from now on (a client that still
+//      splits by an older map asks the new owner). After 5 and the wait,
+//      so that few clients do.
+//   7. AdoptShardMap(settled) on every server: the old owners drop the
+//      rows, and a new owner restarted since 5 takes it again.
 //   A read waits at a new owner only between 2 and 4, and only one its old
 //   owner refused (in sync past the cut, in semi_async a window past it).
 // Moves run one at a time (Move is serialized). Calls that fail for a
@@ -74,6 +76,9 @@ struct MoveReport {
   absl::Duration wait;  // from the handover until the workers passed it
   // Then the copies (HandOver, TakeOver), the give-ups and the settled map.
   absl::Duration transfer;
+  // From the settled map at the new owners until every live worker had
+  // split a request by it (at most the mover's learn_timeout).
+  absl::Duration learn;
   // From the handover until every new owner had the rows: at most what a
   // read refused by its old owner waited at a new owner.
   absl::Duration held;
@@ -92,11 +97,15 @@ uint32_t HoldAheadClocks(double clocks_per_s,
 class BucketMover {
  public:
   // `endpoints`: the servers, by rank. Calls time out after `rpc_timeout`;
-  // the wait for the workers to pass the cut gives up after `pass_timeout`.
+  // the wait for the workers to pass the cut gives up after `pass_timeout`
+  // (the move fails); the wait for them to learn the settled map ends
+  // after `learn_timeout` and the move goes on (that wait only spares
+  // reads split by an older map a refusal).
   BucketMover(std::vector<std::string> endpoints, ConsistencyMode mode,
               ParameterServerStubs stubs,
               absl::Duration rpc_timeout = absl::Seconds(30),
-              absl::Duration pass_timeout = absl::Seconds(120));
+              absl::Duration pass_timeout = absl::Seconds(120),
+              absl::Duration learn_timeout = absl::Milliseconds(250));
 
   // Moves each (bucket, server); moves to a bucket's owner are skipped.
   // INVALID_ARGUMENT for a bucket or server out of range, FAILED_PRECONDITION
@@ -168,6 +177,7 @@ class BucketMover {
   const ConsistencyMode mode_;
   const absl::Duration rpc_timeout_;
   const absl::Duration pass_timeout_;
+  const absl::Duration learn_timeout_;
   std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;  // one move at a time
   std::vector<Server> servers_ ABSL_GUARDED_BY(mu_);

@@ -975,6 +975,7 @@ TEST(PsServerShardingTest, PrepareMoveHoldsRequestsFromHoldAheadClocksOn) {
   ASSERT_TRUE(prepare(true, 2, &seen).ok());
   ASSERT_EQ(seen.seen_size(), 1);
   EXPECT_EQ(seen.seen(0).clock(), 5u);
+  EXPECT_EQ(seen.seen(0).map_version(), 1u);  // the push's split
   // The map comes with the hold only (the mover's reports poll).
   EXPECT_EQ(seen.shard_map().version(), m.v1.version());
   EXPECT_EQ(seen.shard_map().bucket_owner_size(),

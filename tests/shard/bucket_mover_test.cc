@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -338,6 +340,110 @@ grpc::Status Push(PsServer& server, const rpc::PushRequest& request) {
   grpc::ServerContext context;
   rpc::PushResponse response;
   return server.Push(&context, &request, &response);
+}
+
+// Worker 0's request at `clock`, split by map `map_version`, that carries
+// no rows: it tells a server the worker's clock and map.
+rpc::PushRequest EmptyPush(uint64_t clock, uint64_t map_version) {
+  rpc::PushRequest request = OneRowPush(0, clock, 0, map_version);
+  request.clear_gradients();
+  return request;
+}
+
+// Worker 0's read of `keys` at `clock`, split by map `map_version`, from
+// `server` over its gRPC port.
+grpc::Status PullFrom(const LocalServer& server,
+                      const std::vector<uint64_t>& keys, uint64_t clock,
+                      uint64_t map_version, std::vector<float>* rows) {
+  auto stub = rpc::ParameterServer::NewStub(
+      grpc::CreateChannel(server.endpoint, grpc::InsecureChannelCredentials()));
+  rpc::PullSparseRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_table("emb");
+  request.set_dim(4);
+  request.set_worker_id(0);
+  request.set_clock(clock);
+  request.set_map_version(map_version);
+  AssignBytes<uint64_t>(request.mutable_keys(), keys);
+  grpc::ClientContext context;
+  rpc::PullSparseResponse response;
+  grpc::Status status = stub->PullSparse(&context, request, &response);
+  rows->resize(response.values().size() / sizeof(float));
+  std::memcpy(rows->data(), response.values().data(), response.values().size());
+  return status;
+}
+
+// The old owner gives a bucket up only once every live worker has split a
+// request by the settled map: until then it serves the bucket's reads
+// split by an older one, which it would refuse once given up (the client
+// then asks the new owner: two requests, the slowest pulls of a move,
+// docs/BENCHMARKS.md §12).
+TEST_F(MovedBucketTest, TheOldOwnerServesReadsUntilTheWorkersSplitByTheNewMap) {
+  const uint64_t first = from.ps->map_version();
+  const uint64_t handover = first + 1;
+  const uint64_t settled = first + 2;
+  ASSERT_TRUE(Push(*from.ps, EmptyPush(0, first)).ok());  // the cut: clock 1
+  FaultPlan plan;
+  std::atomic<int> handovers{0};  // the copy, then the give-up
+  plan.OnCall("HandOver", [&] { ++handovers; });
+  BucketMover mover(servers.endpoints(), ConsistencyMode::kAsync,
+                    FaultyStubs(plan), absl::Seconds(30), absl::Seconds(30),
+                    /*learn_timeout=*/absl::Seconds(60));
+  absl::StatusOr<MoveReport> moved;
+  std::thread move([&] { moved = mover.Move({{trained.bucket, 1}}); });
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return from.ps->map_version() >= handover &&
+           to.ps->map_version() >= handover;
+  }));
+  ASSERT_TRUE(Push(*from.ps, EmptyPush(1, handover)).ok());  // past the cut
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return to.ps->map_version() >= settled; }));
+
+  std::vector<float> rows;
+  const grpc::Status read = PullFrom(from, trained.keys, 1, handover, &rows);
+  EXPECT_TRUE(read.ok()) << read.error_message();
+  ASSERT_EQ(rows.size(), trained.keys.size() * 4);
+  for (size_t i = 0; i < trained.keys.size(); ++i) {
+    EXPECT_EQ(
+        std::vector<float>(rows.begin() + i * 4, rows.begin() + i * 4 + 4),
+        trained.rows[i])
+        << "key " << trained.keys[i];
+  }
+  EXPECT_EQ(handovers.load(), 1) << "given up before the worker split by "
+                                    "the settled map";
+
+  ASSERT_TRUE(Push(*from.ps, EmptyPush(2, settled)).ok());
+  move.join();
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(handovers.load(), 2);
+  EXPECT_EQ(from.ps->map_version(), settled);
+  ExpectMovedOnce(trained, *from.ps, *to.ps);
+  // Given up and settled: the old map's read is refused now.
+  EXPECT_EQ(PullFrom(from, trained.keys, 3, handover, &rows).error_code(),
+            grpc::StatusCode::ABORTED);
+}
+
+// A worker that makes no request past the cut holds the give-up back for
+// the mover's learn_timeout at most: the move ends all the same.
+TEST_F(MovedBucketTest,
+       AWorkerThatStopsRequestingHoldsTheGiveUpBackAMomentAtMost) {
+  const uint64_t first = from.ps->map_version();
+  ASSERT_TRUE(Push(*from.ps, EmptyPush(0, first)).ok());
+  const absl::Duration learn_timeout = absl::Milliseconds(100);
+  BucketMover mover(servers.endpoints(), ConsistencyMode::kAsync,
+                    GrpcParameterServerStubs(64 << 20, Credentials()),
+                    absl::Seconds(30), absl::Seconds(30), learn_timeout);
+  absl::StatusOr<MoveReport> moved;
+  std::thread move([&] { moved = mover.Move({{trained.bucket, 1}}); });
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return from.ps->map_version() > first && to.ps->map_version() > first;
+  }));
+  ASSERT_TRUE(Push(*from.ps, EmptyPush(1, first + 1)).ok());
+  move.join();
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_GE(moved->learn, learn_timeout);
+  EXPECT_EQ(from.ps->map_version(), first + 2);
+  ExpectMovedOnce(trained, *from.ps, *to.ps);
 }
 
 // In semi_async, as in sync, a worker the cut does not name would be past
