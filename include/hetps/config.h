@@ -132,8 +132,8 @@ struct ServerProfileConfig {
 // the steps/s of static hash with one of 4 servers at half speed where the
 // servers limit the job, and in the hetero job with slow servers the target
 // AUC as soon or sooner, 1.5x sooner on generated Criteo; the p99 of the
-// pulls that overlap a move is ~1.9-2.0x the steady one at the median of
-// runs, up to ~2.3x in some). With checkpoint.dir,
+// pulls that overlap a move is 1.5-1.75x the steady one at the median of
+// runs, under 2x in 22 of 24). With checkpoint.dir,
 // saves and whole-job resumes keep moved buckets exactly, and a server
 // restarted mid-move rejoins it (docs/CHECKPOINTS.md, "Bucket moves").
 struct ShardingConfig {
