@@ -42,16 +42,16 @@ std::vector<uint32_t> LiveWorkers(
 // request by map `version` or a newer one.
 bool EveryWorkerSplitsBy(const std::vector<rpc::PrepareMoveResponse>& seen,
                          uint64_t version) {
-  for (uint32_t w : LiveWorkers(seen)) {
-    bool named = false, learned = false;
-    for (const rpc::PrepareMoveResponse& r : seen) {
-      for (const rpc::WorkerCut& s : r.seen()) {
-        if (s.worker() != w) continue;
-        named = true;
-        learned = learned || s.map_version() >= version;
-      }
+  std::map<uint32_t, uint64_t> newest;  // per worker seen, of all servers
+  for (const rpc::PrepareMoveResponse& r : seen) {
+    for (const rpc::WorkerCut& s : r.seen()) {
+      uint64_t& map_version = newest[s.worker()];
+      map_version = std::max(map_version, s.map_version());
     }
-    if (named && !learned) return false;
+  }
+  for (uint32_t w : LiveWorkers(seen)) {
+    const auto it = newest.find(w);
+    if (it != newest.end() && it->second < version) return false;
   }
   return true;
 }
