@@ -2,18 +2,27 @@
 # Builds the libFuzzer targets (tests/fuzz/, clang) and runs each for SECONDS
 # (default 60) on a copy of its corpus in tests/fuzz/corpus/<target>/, all at
 # once. Fails when any target crashes, leaks, times out or breaks an
-# invariant; the input that did it is left in build-fuzz/fuzz-run/<target>/.
-#   scripts/fuzz.sh [SECONDS]
+# invariant; the input that did it is left in TREE/fuzz-run/<target>/.
+#   scripts/fuzz.sh [SECONDS [TREE]]
+# TREE: a build tree configured with -DHETPS_FUZZ=ON, where only the targets
+# are built (scripts/test.sh passes its ASan tree); by default build-fuzz/,
+# configured here with the fuzz targets alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
+tree="${2:-}"
 targets=(codec_fuzzer push_fuzzer pull_fuzzer frame_fuzzer)
 jobs=4
 
-scripts/build.sh build-fuzz -DHETPS_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
-  -DHETPS_BUILD_TESTS=OFF -DHETPS_BUILD_BENCH=OFF
+if [ -z "$tree" ]; then
+  tree=build-fuzz
+  scripts/build.sh "$tree" -DHETPS_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
+    -DHETPS_BUILD_TESTS=OFF -DHETPS_BUILD_BENCH=OFF
+else
+  ninja -C "$tree" -j"$(nproc)" "${targets[@]}" make_fuzz_seeds
+fi
 
-run_dir=build-fuzz/fuzz-run
+run_dir=$tree/fuzz-run
 rm -rf "$run_dir"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in "${targets[@]}"; do
@@ -21,7 +30,7 @@ for t in "${targets[@]}"; do
   cp -r "tests/fuzz/corpus/$t/." "$run_dir/$t/corpus/"
   (
     set +e
-    "build-fuzz/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 \
+    "$tree/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$run_dir/$t/" "$run_dir/$t/corpus" \
       >"$run_dir/$t/log" 2>&1

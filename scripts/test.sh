@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every CTest
-# test (the Python module's pytest files among them, label "python"), runs
-# each libFuzzer target for 60 s (scripts/fuzz.sh), builds again with clang
-# under AddressSanitizer + UBSan and runs the tests again, then under
-# ThreadSanitizer and runs them a third time. Both clang builds also check
-# the lock annotations (-Wthread-safety as errors).
+# test (the Python module's pytest files among them, label "python"), builds
+# again with clang under AddressSanitizer + UBSan, the libFuzzer targets
+# included, runs each of them for 60 s (scripts/fuzz.sh) and the tests
+# again, then builds under ThreadSanitizer and runs the tests a third time.
+# Both clang builds also check the lock annotations (-Wthread-safety as
+# errors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each step prints what it took, so a CI log shows where the time goes.
@@ -20,11 +21,13 @@ took "release build"
 # Two tests at a time; those that judge timings run alone (RUN_SERIAL).
 (cd build && ctest -j2 --output-on-failure --timeout 600)
 took "release tests"
-scripts/fuzz.sh 60
-took "fuzz build and run"
+# One sanitized tree for the ASan tests and the fuzz targets: the fuzzers'
+# coverage feedback costs the tests less than a tree of their own would.
 scripts/build.sh build-asan -DCMAKE_CXX_COMPILER=clang++ -DHETPS_SANITIZE=ON \
-  -DHETPS_BUILD_BENCH=OFF
-took "ASan build"
+  -DHETPS_FUZZ=ON -DHETPS_BUILD_BENCH=OFF
+took "ASan build (the fuzz targets too)"
+scripts/fuzz.sh 60 build-asan
+took "fuzz run"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The sanitizer builds have no Python module (a plain python3 cannot load
