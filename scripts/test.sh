@@ -27,7 +27,12 @@ build_in_background() {
   local dir=$1
   shift
   mkdir -p "$dir"
-  setsid chrt --idle 0 scripts/build.sh "$dir" "$@" >"$dir/build.log" 2>&1 &
+  # Its own process group (job control), in this session: a new session
+  # (setsid) would be a scheduling group of its own (autogroup), which
+  # shares the CPU evenly with this one whatever the class inside it.
+  set -m
+  chrt --idle 0 scripts/build.sh "$dir" "$@" >"$dir/build.log" 2>&1 &
+  set +m
   background+=($!)
 }
 await_build() {
