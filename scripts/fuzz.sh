@@ -19,7 +19,7 @@ if [ -z "$tree" ]; then
   scripts/build.sh "$tree" -DHETPS_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
     -DHETPS_BUILD_TESTS=OFF -DHETPS_BUILD_BENCH=OFF
 else
-  ninja -C "$tree" -j"$(nproc)" "${targets[@]}" make_fuzz_seeds
+  ninja -C "$tree" -j"$(nproc)" "${targets[@]}"
 fi
 
 run_dir=$tree/fuzz-run
