@@ -20,27 +20,52 @@ class AsyncAggregator final : public Aggregator {
  public:
   explicit AsyncAggregator(uint32_t num_workers) : live_(num_workers) {}
 
-  absl::Status Push(const PushView& push) override {
-    absl::ReaderMutexLock applying(&apply_mu_);
+  absl::Status Push(const PushView& push,
+                    const std::function<void()>& accepted) override {
+    std::vector<PullAdmitted> ready;  // let go once the apply has ended
     {
-      absl::MutexLock lock(&mu_);
-      auto [it, inserted] = next_clock_.try_emplace(push.worker_id, 0);
-      // Pushes of one worker are serialized by its client, so a clock below
-      // the next expected one is a retry of a push that already arrived.
-      if (!inserted && push.clock < it->second) return absl::OkStatus();
-      if (auto s = live_.RefuseUnlessLive(push.worker_id); !s.ok()) return s;
-      it->second = push.clock + 1;
-      live_.NoteClock(push.worker_id, push.clock + 1);
+      absl::ReaderMutexLock applying(&apply_mu_);
+      {
+        absl::MutexLock lock(&mu_);
+        auto [it, inserted] = next_clock_.try_emplace(push.worker_id, 0);
+        // Pushes of one worker are serialized by its client, so a clock
+        // below the next expected one is a retry of a push that already
+        // arrived.
+        if (!inserted && push.clock < it->second) return absl::OkStatus();
+        if (auto s = live_.RefuseUnlessLive(push.worker_id); !s.ok()) {
+          return s;
+        }
+        it->second = push.clock + 1;
+        live_.NoteClock(push.worker_id, push.clock + 1);
+        if (accepted) ++unapplied_[push.worker_id].pushes;
+      }
+      if (accepted) accepted();
+      for (const auto& s : push.sparse) s.table->Push(s.keys, s.grads);
+      for (const auto& d : push.dense) d.table->Push(d.grads);
+      applied_.fetch_add(1, std::memory_order_relaxed);
+      if (accepted) {
+        absl::MutexLock lock(&mu_);
+        auto it = unapplied_.find(push.worker_id);
+        if (--it->second.pushes == 0) {
+          ready = std::move(it->second.pulls);
+          unapplied_.erase(it);
+        }
+      }
     }
-    for (const auto& s : push.sparse) s.table->Push(s.keys, s.grads);
-    for (const auto& d : push.dense) d.table->Push(d.grads);
-    applied_.fetch_add(1, std::memory_order_relaxed);
+    for (PullAdmitted& pull : ready) pull(absl::OkStatus());
     return absl::OkStatus();
   }
 
-  std::optional<absl::Status> AdmitPull(PullWait, PullAdmitted) override {
+  // A pull waits only while its worker has pushes answered and not yet
+  // applied: an apply's time, so it is not held to its deadline.
+  std::optional<absl::Status> AdmitPull(PullWait wait,
+                                        PullAdmitted admitted) override {
     pulls_.fetch_add(1, std::memory_order_relaxed);
-    return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    auto it = unapplied_.find(wait.worker_id);
+    if (it == unapplied_.end()) return absl::OkStatus();
+    it->second.pulls.push_back(std::move(admitted));
+    return std::nullopt;
   }
 
   void UpdateMembership(uint64_t epoch,
@@ -79,6 +104,13 @@ class AsyncAggregator final : public Aggregator {
   absl::Mutex apply_mu_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, uint64_t> next_clock_ ABSL_GUARDED_BY(mu_);
+  // Per worker, while some of its pushes were answered before their apply
+  // ended: how many, and the pulls waiting for them.
+  struct Unapplied {
+    uint32_t pushes = 0;
+    std::vector<PullAdmitted> pulls;
+  };
+  absl::flat_hash_map<uint32_t, Unapplied> unapplied_ ABSL_GUARDED_BY(mu_);
   LiveSet live_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> applied_{0};
   std::atomic<uint64_t> pulls_{0};
@@ -94,7 +126,8 @@ class SyncAggregator final : public Aggregator {
         warmup_(options.warmup_rounds),
         ticker_(clock, kPollEvery, [this] { Tick(); }) {}
 
-  absl::Status Push(const PushView& push) override {
+  absl::Status Push(const PushView& push,
+                    const std::function<void()>&) override {
     WaitingPulls::Outcomes outcomes;
     return Accept(push, outcomes);
   }

@@ -9,7 +9,9 @@
 //    from every worker of the job) takes that share of a step: the last
 //    rounds of an epoch, when the workers that finished their data have
 //    left.
-//  - async: every push is applied on arrival; pulls never wait.
+//  - async: every push is applied on arrival; pulls wait only for their
+//    own worker's pushes that were answered before their apply ended (see
+//    Push's `accepted`).
 //  - semi_async: pushes enter the GradientQueue, merged on arrival (each
 //    weighted by batch size and by 1 / (1 + staleness_decay · staleness),
 //    where staleness = applies the parameters it was computed on lacked).
@@ -137,7 +139,16 @@ class Aggregator {
 
   // FAILED_PRECONDITION when the push cannot belong to the current state
   // (sync: its round was already applied, or the worker left the live set).
-  virtual absl::Status Push(const PushView& push) = 0;
+  //
+  // Where a push is applied on arrival (async), `accepted`, when set, is
+  // called once the push is certain to be applied and before it is, on the
+  // calling thread: its answer may go then, while the apply runs. Until the
+  // apply ends, that worker's pulls wait (AdmitPull), so a worker reads
+  // what it was told is in. The other modes do not call it: a push there is
+  // queued or merged, and answered when Push returns.
+  virtual absl::Status Push(const PushView& push,
+                            const std::function<void()>& accepted) = 0;
+  absl::Status Push(const PushView& push) { return Push(push, {}); }
 
   // Decides a pull of a worker that has made `wait.clock` pushes. When the
   // outcome is known now, returns it — OK (answer it), DEADLINE_EXCEEDED

@@ -400,7 +400,8 @@ void PsServer::PullDense(grpc::ServerContextBase* context,
 
 absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
                               const rpc::PushRequest& request,
-                              std::span<const PushedGradient> gradients) {
+                              std::span<const PushedGradient> gradients,
+                              const std::function<void()>& accepted) {
   if (auto s = CheckProtocolVersion(request.protocol_version(), "push");
       !s.ok()) {
     return s;
@@ -523,7 +524,7 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
   if (!clock.ok()) return clock.status();
   view.clock = *clock;
   const ServerPace::Work work = pace_.Begin();
-  absl::Status pushed = aggregator_->Push(view);
+  absl::Status pushed = aggregator_->Push(view, accepted);
   if (!pushed.ok()) return pushed;
   if (request.has_oldest_read()) {
     RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
@@ -576,7 +577,8 @@ void PsServer::RecordCachedPush(uint32_t worker, uint64_t clock,
 
 grpc::Status PsServer::Push(grpc::ServerContextBase* context,
                             const ReceivedPush& push,
-                            rpc::PushResponse* response) {
+                            rpc::PushResponse* response,
+                            const std::function<void()>& answer_early) {
   const rpc::PushRequest& request = push.message;
   if (push.gradients.size() != static_cast<size_t>(request.gradients_size())) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
@@ -592,7 +594,7 @@ grpc::Status PsServer::Push(grpc::ServerContextBase* context,
          {reinterpret_cast<const char*>(t.values.begin()), t.values.size()},
          t.finite});
   }
-  return Push(context, request, gradients, response);
+  return Push(context, request, gradients, response, answer_early);
 }
 
 grpc::Status PsServer::Push(grpc::ServerContextBase* context,
@@ -603,15 +605,29 @@ grpc::Status PsServer::Push(grpc::ServerContextBase* context,
   for (const rpc::TableGradient& g : request->gradients()) {
     gradients.push_back({&g, g.keys(), g.values(), /*finite=*/false});
   }
-  return Push(context, *request, gradients, response);
+  return Push(context, *request, gradients, response, {});
 }
 
 grpc::Status PsServer::Push(grpc::ServerContextBase* context,
                             const rpc::PushRequest& request,
                             std::span<const PushedGradient> gradients,
-                            rpc::PushResponse* response) {
+                            rpc::PushResponse* response,
+                            const std::function<void()>& answer_early) {
   const absl::Time start = clock_.Now();
-  absl::Status status = DoPush(context, request, gradients);
+  std::function<void()> accepted;
+  if (answer_early) {
+    accepted = [&] {
+      // This push counted, as it will be when this worker reads next (its
+      // pulls wait for the apply); applies of other pushes that end
+      // meanwhile are not, as they would be in an answer after the apply.
+      response->set_applied_rounds(aggregator_->applied_rounds() + 1);
+      TellMap(request.map_version(), response);
+      answer_early();
+    };
+  }
+  // (push_latency_ holds the whole handling, the apply after an early
+  // answer included.)
+  absl::Status status = DoPush(context, request, gradients, accepted);
   push_latency_.Observe(clock_.Now() - start);
   if (IsMovedError(status)) {
     spdlog::debug("push from worker {} refused: {}", request.worker_id(),

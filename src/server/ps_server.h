@@ -88,8 +88,15 @@ class PsServer final {
                  const rpc::PullDenseRequest* request,
                  rpc::PullDenseResponse* response, Done done);
   // A push as the service parsed it (ParsePush), or as a message.
+  //
+  // With `answer_early`, a push the aggregator applies on arrival (async)
+  // is answered before its apply ends: once accepted, `response` is filled
+  // and `answer_early` called, and the apply follows on this thread; Push
+  // then returns OK, which the caller does not answer again. The pushing
+  // worker's pulls wait for the apply (Aggregator::Push).
   grpc::Status Push(grpc::ServerContextBase* context, const ReceivedPush& push,
-                    rpc::PushResponse* response);
+                    rpc::PushResponse* response,
+                    const std::function<void()>& answer_early = {});
   grpc::Status Push(grpc::ServerContextBase* context,
                     const rpc::PushRequest* request,
                     rpc::PushResponse* response);
@@ -220,10 +227,13 @@ class PsServer final {
   grpc::Status Push(grpc::ServerContextBase* context,
                     const rpc::PushRequest& request,
                     std::span<const PushedGradient> gradients,
-                    rpc::PushResponse* response);
+                    rpc::PushResponse* response,
+                    const std::function<void()>& answer_early);
+  // `accepted`: as Aggregator::Push's.
   absl::Status DoPush(grpc::ServerContextBase* context,
                       const rpc::PushRequest& request,
-                      std::span<const PushedGradient> gradients);
+                      std::span<const PushedGradient> gradients,
+                      const std::function<void()>& accepted);
   // What CheckKeys needs to know of a pull, and tells of it.
   struct ReadCheck {
     // The clock its rows must be current to: the pull's, plus `ahead`.

@@ -83,24 +83,38 @@ void PsService::HandlePullSparse(grpc::CallbackServerContext* context,
 }
 
 void PsService::HandlePush(grpc::CallbackServerContext* context,
-                           grpc::ByteBuffer* request, Answer answer) {
+                           grpc::ByteBuffer* request, bool on_stream,
+                           Answer answer) {
   auto push = std::make_shared<ReceivedPush>();
   if (grpc::Status parsed = ParsePush(request, push.get()); !parsed.ok()) {
     answer(std::move(parsed), {});
     return;
   }
-  auto handle = [this, context, push, answer = std::move(answer)] {
+  const bool inline_ok = server_->RunsInline();
+  const bool early = on_stream && inline_ok;
+  auto handle = [this, context, push, early, answer = std::move(answer)] {
     rpc::PushResponse reply;
-    grpc::Status status = server_->Push(context, *push, &reply);
-    grpc::ByteBuffer bytes;
-    if (status.ok()) {
-      bool own_buffer;
-      status = grpc::SerializationTraits<rpc::PushResponse>::Serialize(
-          reply, &bytes, &own_buffer);
+    auto send = [&](grpc::Status status) {
+      grpc::ByteBuffer bytes;
+      if (status.ok()) {
+        bool own_buffer;
+        status = grpc::SerializationTraits<rpc::PushResponse>::Serialize(
+            reply, &bytes, &own_buffer);
+      }
+      answer(std::move(status), std::move(bytes));
+    };
+    bool answered = false;
+    std::function<void()> answer_early;
+    if (early) {
+      answer_early = [&] {
+        send(grpc::Status::OK);
+        answered = true;
+      };
     }
-    answer(std::move(status), std::move(bytes));
+    grpc::Status status = server_->Push(context, *push, &reply, answer_early);
+    if (!answered) send(std::move(status));
   };
-  Dispatch(server_->RunsInline(), std::move(handle));
+  Dispatch(inline_ok, std::move(handle));
 }
 
 grpc::ServerUnaryReactor* PsService::RawUnary(
@@ -108,18 +122,20 @@ grpc::ServerUnaryReactor* PsService::RawUnary(
     grpc::ByteBuffer* response, Handler handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   grpc::ByteBuffer bytes = *request;  // shares the slices: parsing takes them
-  (this->*handle)(context, &bytes,
-                  [reactor, response](grpc::Status s, grpc::ByteBuffer reply) {
-                    if (s.ok()) *response = std::move(reply);
-                    reactor->Finish(s);
-                  });
+  handle(context, &bytes,
+         [reactor, response](grpc::Status s, grpc::ByteBuffer reply) {
+           if (s.ok()) *response = std::move(reply);
+           reactor->Finish(s);
+         });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::PullSparse(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return RawUnary(context, request, response, &PsService::HandlePullSparse);
+  return RawUnary(context, request, response,
+                  [this](grpc::CallbackServerContext* c, grpc::ByteBuffer* b,
+                         Answer a) { HandlePullSparse(c, b, std::move(a)); });
 }
 
 grpc::ServerUnaryReactor* PsService::PullDense(
@@ -134,7 +150,11 @@ grpc::ServerUnaryReactor* PsService::PullDense(
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) {
-  return RawUnary(context, request, response, &PsService::HandlePush);
+  return RawUnary(
+      context, request, response,
+      [this](grpc::CallbackServerContext* c, grpc::ByteBuffer* b, Answer a) {
+        HandlePush(c, b, /*on_stream=*/false, std::move(a));
+      });
 }
 
 // One client's TensorStream. Each frame read is a call, handled as the
@@ -226,7 +246,8 @@ class PsService::StreamReactor final
     };
     switch (kind) {
       case rpc::TensorFrame::PUSH:
-        service_->HandlePush(context_, &body, std::move(answer));
+        service_->HandlePush(context_, &body, /*on_stream=*/true,
+                             std::move(answer));
         break;
       case rpc::TensorFrame::PULL_SPARSE:
         service_->HandlePullSparse(context_, &body, std::move(answer));

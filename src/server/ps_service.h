@@ -126,13 +126,20 @@ class PsService final : public ps_service_internal::Base {
 
   // The handling shared by a unary call and a frame: `request` is the
   // request's wire form (consumed), `context` the call's or the stream's.
+  //
+  // A frame's push handled inline may be answered before its apply ends
+  // (PsServer::Push's `answer_early`): the stream reads its next frame only
+  // once the handler has returned, so that frame meets the applied rows.
+  // A unary call's handler must be done when it answers: the call ends
+  // with the answer, and nothing would then hold the server up for the
+  // rest.
   void HandlePush(grpc::CallbackServerContext* context,
-                  grpc::ByteBuffer* request, Answer answer);
+                  grpc::ByteBuffer* request, bool on_stream, Answer answer);
   void HandlePullSparse(grpc::CallbackServerContext* context,
                         grpc::ByteBuffer* request, Answer answer);
   // A raw unary call: `handle` answers it.
-  using Handler = void (PsService::*)(grpc::CallbackServerContext*,
-                                      grpc::ByteBuffer*, Answer);
+  using Handler = std::function<void(grpc::CallbackServerContext*,
+                                     grpc::ByteBuffer*, Answer)>;
   grpc::ServerUnaryReactor* RawUnary(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response,

@@ -29,7 +29,8 @@ class SemiAsyncAggregator final : public Aggregator {
         warmup_(options_.warmup_rounds),
         ticker_(clock, kPollEvery, [this] { Tick(); }) {}
 
-  absl::Status Push(const PushView& push) override {
+  absl::Status Push(const PushView& push,
+                    const std::function<void()>&) override {
     WaitingPulls::Outcomes outcomes;
     return Accept(push, outcomes);
   }

@@ -519,6 +519,67 @@ TEST_F(AggregatorTest, AsyncAppliesEachPushOnArrivalAndDropsRetries) {
   EXPECT_TRUE(AdmitNow(*agg, 0, 100, clock_.Now()).ok());
 }
 
+TEST_F(AggregatorTest, AsyncAcceptsBeforeTheApplyAndHoldsThatWorkersPulls) {
+  auto agg = *Aggregator::Create(ConsistencyMode::kAsync, 2, {}, clock_);
+  std::shared_ptr<Admission> own, other;
+  int calls = 0;
+  ASSERT_TRUE(agg->Push(MakePush(0, 0, 1, {7}, {1, 0}, {2, 0, 0}),
+                        [&] {
+                          ++calls;
+                          // Accepted, not yet applied.
+                          EXPECT_EQ(Row(7), (std::vector<float>{0.0f, 0.0f}));
+                          EXPECT_EQ(agg->applied_rounds(), 0u);
+                          // Its worker's pull waits for the apply; another
+                          // worker's does not.
+                          own = Admit(*agg, 0, 1, clock_.Now());
+                          other = Admit(*agg, 1, 0, clock_.Now());
+                          EXPECT_FALSE(own->decided.HasBeenNotified());
+                          EXPECT_TRUE(other->decided.HasBeenNotified());
+                        })
+                  .ok());
+  EXPECT_EQ(calls, 1);
+  ASSERT_NE(own, nullptr);
+  // Let go once applied, whatever its deadline (it was due at once).
+  ASSERT_TRUE(own->decided.HasBeenNotified());
+  EXPECT_TRUE(own->status.ok()) << own->status;
+  EXPECT_TRUE(other->status.ok()) << other->status;
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, 0.0f}));
+  EXPECT_EQ(Dense(), (std::vector<float>{-1.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(agg->applied_rounds(), 1u);
+  // Nothing held afterwards.
+  EXPECT_TRUE(AdmitNow(*agg, 0, 1, clock_.Now()).ok());
+
+  // A retry is acknowledged after Push returns, as before: not accepted
+  // again, not applied again.
+  ASSERT_TRUE(
+      agg->Push(MakePush(0, 0, 1, {7}, {1, 0}, {2, 0, 0}), [&] { ++calls; })
+          .ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, 0.0f}));
+  // Nor is a push refused: from a worker outside the live set.
+  agg->UpdateMembership(1, {0});
+  EXPECT_EQ(
+      agg->Push(MakePush(1, 0, 1, {7}, {1, 0}, {0, 0, 0}), [&] { ++calls; })
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(Row(7), (std::vector<float>{-0.5f, 0.0f}));
+}
+
+TEST_F(AggregatorTest, OnlyAsyncAnswersAPushBeforeItReturns) {
+  // sync merges and semi_async queues: their pushes are answered when Push
+  // returns, so they never call `accepted`.
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kSync, ConsistencyMode::kSemiAsync}) {
+    auto agg = *Aggregator::Create(mode, 1, {}, clock_);
+    int calls = 0;
+    ASSERT_TRUE(
+        agg->Push(MakePush(0, 0, 1, {7}, {1, 0}, {0, 0, 0}), [&] { ++calls; })
+            .ok());
+    EXPECT_EQ(calls, 0) << static_cast<int>(mode);
+  }
+}
+
 // ------------------------------------------------------------ semi_async
 
 std::unique_ptr<Aggregator> SemiAsync(uint32_t workers, uint32_t window,

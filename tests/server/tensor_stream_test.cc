@@ -37,7 +37,10 @@ class TensorStreamTest : public ::testing::Test {
 
   // Serves a fresh server of `mode` on `port` (0: a free one).
   void Serve(ConsistencyMode mode, int port = 0) {
-    auto ps = PsServer::Create(OneTableJob(mode), 0);
+    Serve(OneTableJob(mode), port);
+  }
+  void Serve(const JobConfig& config, int port = 0) {
+    auto ps = PsServer::Create(config, 0);
     ASSERT_TRUE(ps.ok()) << ps.status();
     ps_ = std::move(*ps);
     service_ = std::make_unique<PsService>(ps_.get());
@@ -128,6 +131,46 @@ TEST_F(TensorStreamTest, SmallCallsShareOneStreamAndLargeOnesGoUnary) {
   ASSERT_TRUE(Pull(keys, rows).ok());
   EXPECT_EQ(rows, (std::vector<float>{-2, -20, -4, -40, -6, -60}));
   EXPECT_EQ(service_->stream_calls(), 3u);
+}
+
+// An async push on the stream is answered before its apply ends
+// (PsService::HandlePush); the worker's next read, here a unary PullDense
+// on another of gRPC's threads while the push's sparse rows are still being
+// applied, meets all of it (the aggregator holds that worker's pulls until
+// the apply ends).
+TEST_F(TensorStreamTest, AReadAfterAnAsyncPushMeetsItWhateverPathItTakes) {
+  JobConfig config = OneTableJob(ConsistencyMode::kAsync);
+  TableConfig dense = config.tables[0];
+  dense.name = "d";
+  dense.kind = TableKind::kDense;
+  dense.dim = 4;
+  config.tables.push_back(dense);
+  Serve(config);
+  Connect();
+  // 640 KB of keys and gradients, on the stream: their apply takes far
+  // longer than a small unary call.
+  std::vector<uint64_t> keys(40'000);
+  std::iota(keys.begin(), keys.end(), 1);
+  std::vector<float> grad;
+  for (uint64_t k : keys) {
+    grad.push_back(static_cast<float>(k));
+    grad.push_back(10.0f * static_cast<float>(k));
+  }
+  const std::vector<float> dense_grad = {1, 2, 3, 4};
+  const TableGrad grads[] = {{"emb", keys, grad}, {"d", {}, dense_grad}};
+  std::vector<float> weights(4);
+  for (int n = 1; n <= 20; ++n) {
+    ASSERT_TRUE(client_->Push(grads, 1).ok());
+    ASSERT_TRUE(client_->PullDense("d", weights).ok());
+    ASSERT_EQ(weights,
+              (std::vector<float>{-1.0f * n, -2.0f * n, -3.0f * n, -4.0f * n}))
+        << "push " << n;
+  }
+  std::vector<float> rows;
+  const std::vector<uint64_t> some = {1, 40'000};
+  ASSERT_TRUE(Pull(some, rows).ok());
+  EXPECT_EQ(rows, (std::vector<float>{-20, -200, -800'000, -8'000'000}));
+  EXPECT_EQ(service_->stream_calls(), 21u);  // the pushes and that pull
 }
 
 // In sync a pull for the push after the next waits at the server for this
