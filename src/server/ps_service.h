@@ -129,10 +129,11 @@ class PsService final : public ps_service_internal::Base {
   //
   // A frame's push handled inline may be answered before its apply ends
   // (PsServer::Push's `answer_early`): the stream reads its next frame only
-  // once the handler has returned, so that frame meets the applied rows.
-  // A unary call's handler must be done when it answers: the call ends
-  // with the answer, and nothing would then hold the server up for the
-  // rest.
+  // once the handler has returned, so that frame meets the applied rows,
+  // and the stream stays open, holding a shutdown back, until then. A
+  // unary call answers after the apply: once answered it is over, and
+  // nothing would hold the server back for the rest of its handler. So
+  // does a frame handed off the stream's thread (a paced or moving server).
   void HandlePush(grpc::CallbackServerContext* context,
                   grpc::ByteBuffer* request, bool on_stream, Answer answer);
   void HandlePullSparse(grpc::CallbackServerContext* context,

@@ -1,9 +1,10 @@
 // Push and PullSparse on a client's TensorStream (common/tensor_calls.h,
 // server/ps_service.h), against a server of this process: small calls
 // share one stream and are answered as they are ready, large ones take the
-// unary methods, a call past its deadline fails alone, a stream that ends
-// is opened again by the next call, and frames that are not calls are
-// answered with an error, or end their stream, not the server.
+// unary methods, an async push answered before its apply is still met by
+// its worker's next read, a call past its deadline fails alone, a stream
+// that ends is opened again by the next call, and frames that are not
+// calls are answered with an error, or end their stream, not the server.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
