@@ -292,7 +292,13 @@ class PsService::StreamReactor final
       writing_ = next != nullptr;
       finish = Due();
     }
-    if (next != nullptr) StartWrite(next);
+    // With a write started the stream cannot finish here (writing_); it
+    // may end on another thread as soon as that write is done, so this
+    // is the last use of it.
+    if (next != nullptr) {
+      StartWrite(next);
+      return;
+    }
     FinishIf(std::move(finish));
   }
 
@@ -346,7 +352,13 @@ class PsService::StreamReactor final
       }
       finish = Due();
     }
-    if (write != nullptr) StartWrite(write);
+    // As in OnWriteDone: a started write is the last use of the stream
+    // here. (A late answer, on a reader's thread, raced the stream's end
+    // before: UBSan saw FinishIf called on a stream already deleted.)
+    if (write != nullptr) {
+      StartWrite(write);
+      return;
+    }
     FinishIf(std::move(finish));
   }
 
