@@ -125,10 +125,24 @@ void AddFmInteractionGrad(int num_slots, int k, const float* emb,
   }
 }
 
+// In an ISA module the scratch is an initial-exec thread_local: loaded
+// from memory with dlopen, the module's thread_locals would otherwise be
+// dynamic TLS, and LeakSanitizer's walk of dynamic TLS read a bogus range
+// for it and crashed at exit (every run under ctest on an AVX-512 VM,
+// where both modules load). Initial-exec takes a few bytes of the static
+// TLS that glibc keeps spare for dlopen; were none left, the module would
+// not load and the models would run below its level, with a warning
+// (isa.cc).
+#if defined(HETPS_MODEL_ISA_MODULE)
+#define HETPS_SCRATCH_TLS __attribute__((tls_model("initial-exec")))
+#else
+#define HETPS_SCRATCH_TLS
+#endif
+
 std::span<float> ThreadScratch(size_t index, size_t size) {
   // Freed only at thread exit; the per-thread high-water mark is a few
   // batches' activations.
-  thread_local std::vector<std::vector<float>> buffers;
+  HETPS_SCRATCH_TLS thread_local std::vector<std::vector<float>> buffers;
   if (buffers.size() <= index) buffers.resize(index + 1);
   std::vector<float>& buffer = buffers[index];
   if (buffer.size() < size) buffer.resize(size);
