@@ -524,11 +524,25 @@ absl::Status PsServer::DoPush(grpc::ServerContextBase* context,
   if (!clock.ok()) return clock.status();
   view.clock = *clock;
   const ServerPace::Work work = pace_.Begin();
-  absl::Status pushed = aggregator_->Push(view, accepted);
-  if (!pushed.ok()) return pushed;
-  if (request.has_oldest_read()) {
-    RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
+  // The record of a push's kept rows is made before its answer, early or
+  // not: what the worker learns from the answer includes it.
+  bool recorded = false;
+  auto record_cached = [&] {
+    if (request.has_oldest_read()) {
+      RecordCachedPush(request.worker_id(), *clock, request.oldest_read());
+    }
+    recorded = true;
+  };
+  std::function<void()> on_accepted;
+  if (accepted) {
+    on_accepted = [&] {
+      record_cached();
+      accepted();
+    };
   }
+  absl::Status pushed = aggregator_->Push(view, on_accepted);
+  if (!pushed.ok()) return pushed;
+  if (!recorded) record_cached();
   // The push's service time, shared by its sparse rows.
   const absl::Duration service = pace_.Pace(work);
   size_t rows = 0;
