@@ -2,12 +2,17 @@
 // 127.0.0.1 and worker threads (one PsClient each) in this process.
 //
 //   push_pull_bench [--topologies 1x1,2x2] [--keys 10000,100000,1000000]
-//                   [--dims 1,16] [--reps 20] [--out results.json]
+//                   [--dims 1,16] [--reps 20] [--new-order]
+//                   [--out results.json]
 //
 // For every servers×workers topology, key count and row width: each worker
 // pushes (sgd, async mode) and pulls its own N distinct keys `reps` times,
 // all workers at once; the JSON reports the median and p90 per request and
 // the aggregate keys/s (workers × N / median). Rows exist before timing.
+// With --new-order each rep's push and pull ask for the keys in another
+// order (a rotation; they repeat after as many reps as keys), as a training
+// step's batch would: without it the same request comes again, and a
+// server finds the keys grouped as it left them (SparseTable's KeyPlan).
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,6 +61,9 @@ int main(int argc, char** argv) {
   app.add_option("--keys", keys_list, "distinct keys per request");
   app.add_option("--dims", dims_list, "row widths");
   app.add_option("--reps", reps, "timed requests per case");
+  bool new_order = false;
+  app.add_flag("--new-order", new_order,
+               "each rep's keys in an order no earlier rep used");
   app.add_option("--out", out_path, "also write the JSON here");
   CLI11_PARSE(app, argc, argv);
 
@@ -135,6 +143,10 @@ int main(int argc, char** argv) {
             (void)clients[w]->PullSparse(table, keys, rows,
                                          hetps::KeySet::kUnique);
             for (int r = 0; r < reps; ++r) {
+              if (new_order) {
+                std::rotate(keys.begin(), keys.begin() + (7919 % n),
+                            keys.end());
+              }
               sync.arrive_and_wait();
               auto t0 = Clock::now();
               auto s = clients[w]->Push(grad, 1, hetps::KeySet::kUnique);
@@ -170,6 +182,7 @@ int main(int argc, char** argv) {
               {"keys", n},
               {"dim", dim},
               {"op", op},
+              {"new_order", new_order},
               {"median_ms", median},
               {"p90_ms", hetps::Percentile(all, 0.9)},
               {"keys_per_s", workers * n / (median / 1000.0)}};

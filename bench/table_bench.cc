@@ -8,6 +8,7 @@
 //
 // Arguments: {keys per request, dim} ({keys} for RecordAccess). items/s
 // counts keys.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -77,6 +78,50 @@ void BM_Push(benchmark::State& state, const char* optimizer) {
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(count));
+}
+
+// The same warm keys in as many orders as a request of them may come in
+// before one comes again in an order a table still has a plan for
+// (SparseTable keeps the grouping of recent requests' keys): each
+// iteration takes the next order, so no request finds the plan of another
+// iteration's.
+std::vector<std::vector<uint64_t>> Orders(const std::vector<uint64_t>& keys) {
+  const size_t count = ((size_t{1} << 20) + keys.size() - 1) / keys.size() + 8;
+  std::vector<std::vector<uint64_t>> orders(count, keys);
+  for (size_t i = 0; i < count; ++i) {
+    std::rotate(orders[i].begin(), orders[i].begin() + (i * 7919) % keys.size(),
+                orders[i].end());
+    std::swap(orders[i][0], orders[i][i % keys.size()]);
+  }
+  return orders;
+}
+
+// Requests of the warm keys in an order no recent request had: pulls,
+// pushes, or both as a training step makes them (a pull of the batch's
+// keys, then the push of their gradients in the same order).
+void BM_NewOrder(benchmark::State& state, bool pull, bool push) {
+  const size_t count = static_cast<size_t>(state.range(0));
+  const uint64_t dim = static_cast<uint64_t>(state.range(1));
+  Fixture f = MakeWarmTable("sgd", count, dim);
+  const auto orders = Orders(f.keys);
+  std::vector<float> rows(count * dim);
+  size_t next = 0;
+  for (auto _ : state) {
+    if (pull) f.table->Pull(orders[next], rows);
+    if (push) f.table->Push(orders[next], f.values);
+    next = (next + 1) % orders.size();
+    benchmark::DoNotOptimize(rows.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(count));
+}
+
+void NewOrderSizes(benchmark::internal::Benchmark* b) {
+  for (int64_t count : {1'000, 10'000, 30'000}) {
+    for (int64_t dim : {1, 16}) b->Args({count, dim});
+  }
+  b->ArgNames({"keys", "dim"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
 void Sizes(benchmark::internal::Benchmark* b) {
@@ -203,6 +248,9 @@ BENCHMARK(BM_CheckFinite)
     ->ArgName("values")
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Push, sgd, "sgd")->Apply(Sizes);
+BENCHMARK_CAPTURE(BM_NewOrder, pull, true, false)->Apply(NewOrderSizes);
+BENCHMARK_CAPTURE(BM_NewOrder, push, false, true)->Apply(NewOrderSizes);
+BENCHMARK_CAPTURE(BM_NewOrder, step, true, true)->Apply(NewOrderSizes);
 BENCHMARK_CAPTURE(BM_Push, adagrad, "adagrad")->Apply(Sizes);
 
 }  // namespace

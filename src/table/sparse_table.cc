@@ -12,11 +12,13 @@
 #include <span>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/task_pool.h"
@@ -97,6 +99,7 @@ struct StripeGroups {
   std::vector<uint32_t> order;
   std::vector<uint64_t> keys;
   std::vector<uint32_t> slots;
+  std::vector<uint64_t> moves;  // per stripe, for a KeyPlan
 };
 
 StripeGroups& ThreadGroups() {
@@ -270,7 +273,161 @@ void ReleaseIfLarge(StripeGroups& g) {
   if (g.order.size() > kRetainedScratchKeys) g = StripeGroups{};
 }
 
+// Requests of kPlanMinKeys to kPlanMaxKeys keys may keep their KeyPlan
+// (below, grouping and finding the rows cost little more than comparing
+// the keys); a table's plans hold at most kPlanBudgetKeys keys in all, at
+// 16 bytes a key (8 MiB), the least recently used dropped first.
+constexpr size_t kPlanMinKeys = 512;
+constexpr uint64_t kPlanBudgetKeys = uint64_t{1} << 19;
+constexpr size_t kPlanMaxKeys = kPlanBudgetKeys / 4;
+// Keeping a plan costs its copies, a third of the request (table_bench,
+// every plan kept and none found: 10k-key pull 76 -> 101 us), and pays only
+// when a later request finds it (the same pull 80 -> 34 us). So each plan
+// kept spends a credit and each one found earns two back, up to
+// kPlanMaxCredit, where a table starts; without credit, one request in
+// kPlanProbeEvery, drawn at random, keeps its plan, so that keys asked for
+// again are noticed. (Not every 16th request: pulls and pushes come in
+// turn, every 16th would be a pull, and the next step's push never finds a
+// pull's plan.)
+constexpr uint32_t kPlanMaxCredit = 16;
+constexpr uint32_t kPlanProbeEvery = 16;
+
+// What a plan is looked up by: the number of keys and five of them.
+uint64_t SampleOf(std::span<const uint64_t> keys) {
+  const size_t n = keys.size();
+  return absl::Hash<
+      std::tuple<size_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>>()(
+      std::make_tuple(n, keys[0], keys[n / 4], keys[n / 2], keys[3 * n / 4],
+                      keys[n - 1]));
+}
+
 }  // namespace
+
+// How a request's keys group by stripe and where their rows are. A
+// training step pulls its batch's keys and pushes their gradients in the
+// same order: the push finds them grouped and located. Made whole, then
+// only read (shared by the requests that find it).
+struct SparseTable::KeyPlan {
+  uint64_t sample = 0;          // SampleOf(keys)
+  std::vector<uint64_t> keys;   // the request's, in its order
+  std::vector<uint32_t> begin;  // stripe s: positions [begin[s], begin[s+1])
+  std::vector<uint32_t> order;  // position -> index in `keys`
+  std::vector<uint32_t> slots;  // position -> its row's slot
+  std::vector<uint64_t> moves;  // stripe -> its `moves` when found
+};
+
+std::shared_ptr<const SparseTable::KeyPlan> SparseTable::FindPlan(
+    std::span<const uint64_t> keys) {
+  const uint64_t sample = SampleOf(keys);
+  std::shared_ptr<const KeyPlan> found;
+  {
+    absl::MutexLock lock(&plans_mu_);
+    for (KeptPlan& kept : plans_) {
+      if (kept.plan->sample == sample &&
+          kept.plan->keys.size() == keys.size()) {
+        kept.used = ++plan_uses_;
+        found = kept.plan;
+        break;
+      }
+    }
+  }
+  if (found == nullptr ||
+      std::memcmp(found->keys.data(), keys.data(), keys.size_bytes()) != 0) {
+    return nullptr;
+  }
+  absl::MutexLock lock(&plans_mu_);
+  ++plan_counts_.found;
+  plan_credit_ = std::min(plan_credit_ + 2, kPlanMaxCredit);
+  return found;
+}
+
+bool SparseTable::PlanWanted() {
+  absl::MutexLock lock(&plans_mu_);
+  if (plan_credit_ > 0) {
+    --plan_credit_;
+    return true;
+  }
+  // xorshift64
+  plan_draw_ ^= plan_draw_ << 13;
+  plan_draw_ ^= plan_draw_ >> 7;
+  plan_draw_ ^= plan_draw_ << 17;
+  return plan_draw_ % kPlanProbeEvery == 0;
+}
+
+void SparseTable::KeepPlan(std::shared_ptr<const KeyPlan> plan) {
+  std::vector<std::shared_ptr<const KeyPlan>> dropped;  // freed unlocked
+  absl::MutexLock lock(&plans_mu_);
+  ++plan_counts_.kept;
+  planned_keys_ += plan->keys.size();
+  plans_.push_back({std::move(plan), ++plan_uses_});
+  while (planned_keys_ > kPlanBudgetKeys) {
+    auto oldest = std::min_element(
+        plans_.begin(), plans_.end(),
+        [](const KeptPlan& a, const KeptPlan& b) { return a.used < b.used; });
+    planned_keys_ -= oldest->plan->keys.size();
+    dropped.push_back(std::move(oldest->plan));
+    *oldest = std::move(plans_.back());
+    plans_.pop_back();
+  }
+}
+
+template <typename Fn>
+void SparseTable::ForEachLocatedGroup(std::span<const uint64_t> keys,
+                                      bool in_two, Fn fn) {
+  const uint32_t n = static_cast<uint32_t>(stripes_.size());
+  const bool plannable =
+      !in_two && keys.size() >= kPlanMinKeys && keys.size() <= kPlanMaxKeys;
+  StripeGroups& g = ThreadGroups();
+  if (plannable) {
+    if (const std::shared_ptr<const KeyPlan> plan = FindPlan(keys)) {
+      if (g.slots.size() < keys.size()) {
+        g.keys.resize(keys.size());
+        g.slots.resize(keys.size());
+      }
+      for (uint32_t s = 0; s < n; ++s) {
+        const uint32_t first = plan->begin[s];
+        const uint32_t count = plan->begin[s + 1] - first;
+        if (count == 0) continue;
+        Stripe& stripe = *stripes_[s];
+        absl::MutexLock lock(&stripe.mu);
+        const uint32_t* slots = plan->slots.data() + first;
+        if (stripe.moves != plan->moves[s]) {
+          // Rows left their slots since: found again.
+          uint64_t* grouped = g.keys.data() + first;
+          for (uint32_t j = 0; j < count; ++j) {
+            grouped[j] = keys[plan->order[first + j]];
+          }
+          LocateRows(stripe, grouped, count, g.slots.data() + first);
+          slots = g.slots.data() + first;
+        }
+        fn(stripe, plan->order.data() + first, slots, count);
+      }
+      return;
+    }
+  }
+  g.moves.resize(n);
+  ForEachStripeGroup(keys, n, g, in_two,
+                     [&](uint32_t s, uint32_t first, uint32_t count) {
+                       Stripe& stripe = *stripes_[s];
+                       uint32_t* slots = g.slots.data() + first;
+                       absl::MutexLock lock(&stripe.mu);
+                       LocateRows(stripe, g.keys.data() + first, count, slots);
+                       g.moves[s] = stripe.moves;
+                       fn(stripe, g.order.data() + first, slots, count);
+                     });
+  if (plannable && PlanWanted()) {
+    const size_t total = keys.size();
+    auto plan = std::make_shared<KeyPlan>();
+    plan->sample = SampleOf(keys);
+    plan->keys.assign(keys.begin(), keys.end());
+    plan->begin = g.begin;
+    plan->order.assign(g.order.begin(), g.order.begin() + total);
+    plan->slots.assign(g.slots.begin(), g.slots.begin() + total);
+    plan->moves = g.moves;
+    KeepPlan(std::move(plan));
+  }
+  ReleaseIfLarge(g);
+}
 
 SparseTable::SparseTable(const TableConfig& config,
                          std::unique_ptr<Optimizer> optimizer, int stripes)
@@ -278,7 +435,8 @@ SparseTable::SparseTable(const TableConfig& config,
       optimizer_(std::move(optimizer)),
       state_width_(optimizer_->StateWidth(config_.dim)),
       row_stride_((config_.dim + state_width_ + 2 + 1) & ~uint64_t{1}),
-      chunk_shift_(ChunkShift(row_stride_)) {
+      chunk_shift_(ChunkShift(row_stride_)),
+      plan_credit_(kPlanMaxCredit) {
   const int count = std::max(stripes, 1);
   stripes_.reserve(count);
   for (int i = 0; i < count; ++i) {
@@ -371,7 +529,6 @@ void SparseTable::PullAhead(std::span<const uint64_t> keys,
     return;
   }
   const uint64_t count_at = dim + state_width_;
-  StripeGroups& g = ThreadGroups();
   float* const dst = out.data();
   // Output rows narrower than a cache line share lines between the two
   // threads' writes, which costs more than a split saves while the table
@@ -382,17 +539,13 @@ void SparseTable::PullAhead(std::span<const uint64_t> keys,
     absl::MutexLock lock(&stripes_[0]->mu);
     in_two = WorthPrefetching(*stripes_[0]);
   }
-  ForEachStripeGroup(
-      keys, static_cast<uint32_t>(stripes_.size()), g, in_two,
-      [&](uint32_t s, uint32_t first, uint32_t count) {
-        Stripe& stripe = *stripes_[s];
-        const uint32_t* order = g.order.data() + first;
-        // Each stripe writes only its own range of the slots scratch.
-        uint32_t* slots = g.slots.data() + first;
+  ForEachLocatedGroup(
+      keys, in_two,
+      [&](Stripe& stripe, const uint32_t* order, const uint32_t* slots,
+          uint32_t count) {
+        stripe.mu.AssertHeld();
         // A row stepped ahead is worked on here, never in the table.
         std::vector<float> scratch(ahead.empty() ? 0 : count_at);
-        absl::MutexLock lock(&stripe.mu);
-        LocateRows(stripe, g.keys.data() + first, count, slots);
         const bool prefetch = WorthPrefetching(stripe);
         for (uint32_t j = 0; j < count; ++j) {
           if (prefetch && j + kPrefetchAhead < count) {
@@ -413,7 +566,6 @@ void SparseTable::PullAhead(std::span<const uint64_t> keys,
           }
         }
       });
-  ReleaseIfLarge(g);
 }
 
 void SparseTable::Push(std::span<const uint64_t> keys,
@@ -469,6 +621,11 @@ void SparseTable::HoldPushes(std::function<bool(uint64_t)> held) {
   held_pushes_ = std::move(still);
 }
 
+SparseTable::PlanCounts SparseTable::plan_counts() const {
+  absl::MutexLock lock(&plans_mu_);
+  return plan_counts_;
+}
+
 uint64_t SparseTable::held_rows() const {
   absl::MutexLock lock(&hold_mu_);
   uint64_t rows = 0;
@@ -485,19 +642,14 @@ void SparseTable::ApplyPush(std::span<const uint64_t> keys,
               step_scale);
     return;
   }
-  StripeGroups& g = ThreadGroups();
   const float* const src = grads.data();
   const uint64_t count_at = dim + state_width_;
   const Optimizer& opt = *optimizer_;
-  ForEachStripeGroup(
-      keys, static_cast<uint32_t>(stripes_.size()), g,
-      SplitWorth(keys.size(), row_stride_),
-      [&](uint32_t s, uint32_t first, uint32_t count) {
-        Stripe& stripe = *stripes_[s];
-        const uint32_t* order = g.order.data() + first;
-        uint32_t* slots = g.slots.data() + first;
-        absl::MutexLock lock(&stripe.mu);
-        LocateRows(stripe, g.keys.data() + first, count, slots);
+  ForEachLocatedGroup(
+      keys, SplitWorth(keys.size(), row_stride_),
+      [&](Stripe& stripe, const uint32_t* order, const uint32_t* slots,
+          uint32_t count) {
+        stripe.mu.AssertHeld();
         const bool prefetch = WorthPrefetching(stripe);
         for (uint32_t j = 0; j < count; ++j) {
           if (prefetch && j + kPrefetchAhead < count) {
@@ -512,7 +664,6 @@ void SparseTable::ApplyPush(std::span<const uint64_t> keys,
           StoreCount(row + count_at, updates + 1);
         }
       });
-  ReleaseIfLarge(g);
 }
 
 uint64_t SparseTable::size() const {
@@ -731,6 +882,7 @@ uint64_t SparseTable::ExtractRows(
         chunk_shift_;
     stripe->chunks.resize(chunks);
     stripe->key_chunks.resize(chunks);
+    ++stripe->moves;
     removed += freed.size();
   }
   return removed;

@@ -6,7 +6,9 @@
 // split into lock stripes; each stripe is an open-addressing hash map from key
 // to a slot in contiguous row storage. A call takes each stripe's lock at
 // most once (keys are grouped by stripe first), so a 100k-key request costs
-// `stripes` lock round trips, not 100k.
+// `stripes` lock round trips, not 100k. A request of the same keys in the
+// same order as a recent one (a training step's push after its pull) finds
+// them grouped and their rows located (plan_counts).
 #pragma once
 
 #include <array>
@@ -71,6 +73,17 @@ class SparseTable {
   void HoldPushes(std::function<bool(uint64_t)> held);
   // Gradient rows set aside by HoldPushes and not yet applied.
   uint64_t held_rows() const;
+
+  // Requests of 512 to 131,072 keys keep how their keys group by stripe
+  // and where their rows are (a KeyPlan, sparse_table.cc) for a request of
+  // the same keys in the same order, as a training step's pull and push
+  // are: it skips the grouping and the index. `kept`: plans made;
+  // `found`: requests that found one.
+  struct PlanCounts {
+    uint64_t kept = 0;
+    uint64_t found = 0;
+  };
+  PlanCounts plan_counts() const;
 
   // Number of rows held.
   uint64_t size() const;
@@ -188,6 +201,9 @@ class SparseTable {
     uint32_t rows ABSL_GUARDED_BY(mu) = 0;
     // The snapshot that still reads this stripe (null: none).
     StripeSnapshot* snapshot ABSL_GUARDED_BY(mu) = nullptr;
+    // Counts the times rows left their slots (ExtractRows): a KeyPlan's
+    // slots of this stripe hold while it is unchanged.
+    uint64_t moves ABSL_GUARDED_BY(mu) = 0;
   };
   // Before slot `slot` of `stripe` is written: a snapshot that holds it in
   // the table gets a copy of its chunk.
@@ -231,6 +247,23 @@ class SparseTable {
   // rows, with the index prefetched ahead.
   void LocateRows(Stripe& stripe, const uint64_t* keys, uint32_t count,
                   uint32_t* slots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+  // A request's keys grouped by stripe, with their rows' slots, kept for
+  // the next request of the same keys (sparse_table.cc).
+  struct KeyPlan;
+  // Calls fn(stripe, order, slots, count) under the lock of each stripe
+  // that `keys` touch, for its `count` keys: order[j] is the index in
+  // `keys` of its j-th key, slots[j] that key's slot (missing rows
+  // created). A request of the keys of a recent one (in the same order)
+  // reuses its plan; `in_two`: grouped by two threads (ForEachStripeGroup).
+  template <typename Fn>
+  void ForEachLocatedGroup(std::span<const uint64_t> keys, bool in_two, Fn fn);
+  // The plan kept for `keys` (null: none).
+  std::shared_ptr<const KeyPlan> FindPlan(std::span<const uint64_t> keys);
+  // Whether to keep the plan of a request found in none (sparse_table.cc:
+  // kPlanMaxCredit).
+  bool PlanWanted();
+  // Keeps `plan`, dropping the least recently used plans past the budget.
+  void KeepPlan(std::shared_ptr<const KeyPlan> plan);
   // Push without HoldPushes' check: the steps themselves.
   void ApplyPush(std::span<const uint64_t> keys, std::span<const float> grads,
                  float step_scale);
@@ -259,6 +292,19 @@ class SparseTable {
     std::vector<float> grads;
     float step_scale;
   };
+  // The plans kept, each with when it was last used (plan_uses_).
+  struct KeptPlan {
+    std::shared_ptr<const KeyPlan> plan;
+    uint64_t used = 0;
+  };
+  mutable absl::Mutex plans_mu_;
+  std::vector<KeptPlan> plans_ ABSL_GUARDED_BY(plans_mu_);
+  uint64_t planned_keys_ ABSL_GUARDED_BY(plans_mu_) = 0;
+  uint64_t plan_uses_ ABSL_GUARDED_BY(plans_mu_) = 0;
+  uint32_t plan_credit_ ABSL_GUARDED_BY(plans_mu_);
+  PlanCounts plan_counts_ ABSL_GUARDED_BY(plans_mu_);
+  uint64_t plan_draw_ ABSL_GUARDED_BY(plans_mu_) = 0x9e3779b97f4a7c15;
+
   mutable absl::Mutex hold_mu_;
   std::function<bool(uint64_t)> held_ ABSL_GUARDED_BY(hold_mu_);
   std::vector<HeldPush> held_pushes_ ABSL_GUARDED_BY(hold_mu_);

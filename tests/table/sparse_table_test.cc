@@ -1,5 +1,6 @@
 #include "table/sparse_table.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -489,6 +490,172 @@ TEST(SparseTableTest, ExtractedRowsLeaveWithTheirStateAndRestoreExactly) {
                                   std::span<const float>, uint64_t) {}),
             kRows - expected + 1);
   EXPECT_EQ(table->size(), 0u);
+}
+
+// A request of the keys of an earlier one, in the same order, finds them
+// grouped and their rows located (SparseTable::PlanCounts); rows that left
+// their slots since (a bucket's rows leaving, the last rows of a stripe
+// moving into the freed slots, rows coming back) are found again where
+// they are. The same requests on a table that keeps no plans (one key a
+// request) give the same rows, bit for bit.
+TEST(SparseTableTest,
+     ARequestOfAnEarlierOnesKeysFindsTheirRowsWhereverTheyWent) {
+  const TableConfig config = MakeSparseConfig(4, "adagrad", "uniform");
+  auto table = MakeTable(config, 4);
+  auto one_by_one = MakeTable(config, 4);
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> keys(3000);
+  for (auto& k : keys) k = rng();
+  std::vector<float> grads(keys.size() * 4);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * (i % 17) - 0.08f;
+  auto push_one_by_one = [&] {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      one_by_one->Push(std::span(&keys[i], 1),
+                       std::span(grads).subspan(i * 4, 4));
+    }
+  };
+  auto pull_one_by_one = [&] {
+    std::vector<float> rows(keys.size() * 4);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      one_by_one->Pull(std::span(&keys[i], 1),
+                       std::span(rows).subspan(i * 4, 4));
+    }
+    return rows;
+  };
+
+  EXPECT_EQ(PullAll(*table, keys), pull_one_by_one());
+  EXPECT_EQ(table->plan_counts().kept, 1u);
+  table->Push(keys, grads);
+  push_one_by_one();
+  EXPECT_EQ(table->plan_counts().found, 1u);
+  EXPECT_EQ(one_by_one->plan_counts().kept, 0u);  // one key: no plan
+
+  // A third of the rows leave, and come back (at other slots) but one in
+  // four; rows that stay move into the freed slots. Both tables alike.
+  auto leaves = [](uint64_t key) { return key % 3 == 0; };
+  for (SparseTable* t : {table.get(), one_by_one.get()}) {
+    AllRows left;
+    t->ExtractRows(
+        Where(leaves),
+        [&](uint64_t key, std::span<const float> w, std::span<const float> st,
+            uint64_t count) { AddRow(left, key, w, st, count); });
+    ASSERT_GT(left.size(), 500u);
+    for (const auto& [key, row] : left) {
+      if (key % 4 == 0) continue;
+      t->RestoreRow(key, std::span(row).first(4), std::span(row).subspan(4, 4),
+                    static_cast<uint64_t>(row[8]));
+    }
+  }
+  table->Push(keys, grads);
+  push_one_by_one();
+  EXPECT_EQ(table->plan_counts().found, 2u);
+  EXPECT_EQ(PullAll(*table, keys), pull_one_by_one());
+  EXPECT_EQ(table->plan_counts().found, 3u);
+  EXPECT_EQ(RowsOf(*table), RowsOf(*one_by_one));
+
+  // The same keys in another order are another request.
+  std::vector<uint64_t> turned(keys.rbegin(), keys.rend());
+  const SparseTable::PlanCounts before = table->plan_counts();
+  PullAll(*table, turned);
+  EXPECT_EQ(table->plan_counts().found, before.found);
+  EXPECT_EQ(table->plan_counts().kept, before.kept + 1);
+}
+
+// Plans cost their copies: requests whose keys never come again stop
+// keeping them, but for one in about sixteen, by which keys that do come
+// again are noticed.
+TEST(SparseTableTest, PlansNoRequestFindsAreSoonNoLongerKept) {
+  auto table = MakeTable(MakeSparseConfig(1, "sgd", "zero"), 8);
+  std::vector<uint64_t> keys(600);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919 + 1;
+  std::vector<float> out(keys.size());
+  for (int r = 0; r < 400; ++r) {
+    std::rotate(keys.begin(), keys.begin() + 1, keys.end());
+    table->Pull(keys, out);
+  }
+  SparseTable::PlanCounts counts = table->plan_counts();
+  EXPECT_EQ(counts.found, 0u);
+  // The credit a table starts with, then about 400 / 16.
+  EXPECT_GE(counts.kept, 16u + 10u);
+  EXPECT_LE(counts.kept, 16u + 50u);
+  // A request asked for again is found once a probe kept it, and keeping
+  // resumes.
+  for (int r = 0; r < 200 && table->plan_counts().found == 0; ++r) {
+    std::rotate(keys.begin(), keys.begin() + 1, keys.end());
+    table->Pull(keys, out);
+    table->Pull(keys, out);
+  }
+  ASSERT_GT(table->plan_counts().found, 0u);
+  counts = table->plan_counts();
+  for (int r = 0; r < 10; ++r) {
+    std::rotate(keys.begin(), keys.begin() + 1, keys.end());
+    table->Pull(keys, out);
+    table->Pull(keys, out);
+  }
+  EXPECT_EQ(table->plan_counts().found, counts.found + 10);
+  EXPECT_EQ(table->plan_counts().kept, counts.kept + 10);
+}
+
+// Pushes that find a plan, while rows that share their stripes leave and
+// come back (moving the pushed rows between slots), lose no update and
+// touch no other row.
+TEST(SparseTableTest, PushesByPlanLoseNoUpdateWhileRowsMove) {
+  const TableConfig config = MakeSparseConfig(2, "sgd", "zero", 1.0f);
+  auto table = MakeTable(config, 4);
+  std::vector<uint64_t> pushed, others;
+  for (uint64_t k = 0; k < 4000; ++k) {
+    (k % 2 == 0 ? pushed : others).push_back(k * 2654435761u + 5);
+  }
+  // The rows of both, interleaved.
+  std::vector<uint64_t> all;
+  for (size_t i = 0; i < pushed.size(); ++i) {
+    all.push_back(others[i]);
+    all.push_back(pushed[i]);
+  }
+  PullAll(*table, all);
+  const std::vector<float> grads(pushed.size() * 2, 0.25f);
+  constexpr int kThreads = 3, kPushes = 200;
+  std::sort(others.begin(), others.end());
+  std::atomic<bool> pushing = true;
+  std::thread mover([&] {
+    int round = 0;
+    while (pushing.load()) {
+      const uint64_t r = round++ % 5;
+      AllRows left;
+      table->ExtractRows(
+          Where([&](uint64_t key) {
+            return key % 5 == r &&
+                   std::binary_search(others.begin(), others.end(), key);
+          }),
+          [&](uint64_t key, std::span<const float> w, std::span<const float> st,
+              uint64_t count) { AddRow(left, key, w, st, count); });
+      for (const auto& [key, row] : left) {
+        table->RestoreRow(key, std::span(row).first(2), {},
+                          static_cast<uint64_t>(row[2]));
+      }
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int p = 0; p < kPushes; ++p) table->Push(pushed, grads);
+    });
+  }
+  for (auto& th : threads) th.join();
+  pushing = false;
+  mover.join();
+  EXPECT_GT(table->plan_counts().found, 0u);
+  AllRows rows = RowsOf(*table);
+  ASSERT_EQ(rows.size(), all.size());
+  for (uint64_t key : pushed) {
+    EXPECT_THAT(rows[key], ElementsAre(-0.25f * kThreads * kPushes,
+                                       -0.25f * kThreads * kPushes,
+                                       float{kThreads * kPushes}))
+        << key;
+  }
+  for (uint64_t key : others) {
+    EXPECT_THAT(rows[key], ElementsAre(0.0f, 0.0f, 0.0f)) << key;
+  }
 }
 
 // The keys kept beside the rows follow them: after rows leave (the last
