@@ -284,7 +284,7 @@ constexpr size_t kPlanMaxKeys = kPlanBudgetKeys / 4;
 // every plan kept and none found: 10k-key pull 76 -> 101 us), and pays only
 // when a later request finds it (the same pull 80 -> 34 us). So each plan
 // kept spends a credit and each one found earns two back, up to
-// kPlanMaxCredit, where a table starts; without credit, one request in
+// kPlanMaxCredit; without credit, as a table starts, one request in
 // kPlanProbeEvery, drawn at random, keeps its plan, so that keys asked for
 // again are noticed. (Not every 16th request: pulls and pushes come in
 // turn, every 16th would be a pull, and the next step's push never finds a
@@ -435,8 +435,7 @@ SparseTable::SparseTable(const TableConfig& config,
       optimizer_(std::move(optimizer)),
       state_width_(optimizer_->StateWidth(config_.dim)),
       row_stride_((config_.dim + state_width_ + 2 + 1) & ~uint64_t{1}),
-      chunk_shift_(ChunkShift(row_stride_)),
-      plan_credit_(kPlanMaxCredit) {
+      chunk_shift_(ChunkShift(row_stride_)) {
   const int count = std::max(stripes, 1);
   stripes_.reserve(count);
   for (int i = 0; i < count; ++i) {

@@ -301,7 +301,7 @@ class SparseTable {
   std::vector<KeptPlan> plans_ ABSL_GUARDED_BY(plans_mu_);
   uint64_t planned_keys_ ABSL_GUARDED_BY(plans_mu_) = 0;
   uint64_t plan_uses_ ABSL_GUARDED_BY(plans_mu_) = 0;
-  uint32_t plan_credit_ ABSL_GUARDED_BY(plans_mu_);
+  uint32_t plan_credit_ ABSL_GUARDED_BY(plans_mu_) = 0;
   PlanCounts plan_counts_ ABSL_GUARDED_BY(plans_mu_);
   uint64_t plan_draw_ ABSL_GUARDED_BY(plans_mu_) = 0x9e3779b97f4a7c15;
 
