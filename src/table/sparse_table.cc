@@ -323,8 +323,7 @@ std::shared_ptr<const SparseTable::KeyPlan> SparseTable::FindPlan(
   {
     absl::MutexLock lock(&plans_mu_);
     for (KeptPlan& kept : plans_) {
-      if (kept.plan->sample == sample &&
-          kept.plan->keys.size() == keys.size()) {
+      if (kept.sample == sample && kept.keys == keys.size()) {
         kept.used = ++plan_uses_;
         found = kept.plan;
         break;
@@ -358,13 +357,15 @@ void SparseTable::KeepPlan(std::shared_ptr<const KeyPlan> plan) {
   std::vector<std::shared_ptr<const KeyPlan>> dropped;  // freed unlocked
   absl::MutexLock lock(&plans_mu_);
   ++plan_counts_.kept;
-  planned_keys_ += plan->keys.size();
-  plans_.push_back({std::move(plan), ++plan_uses_});
+  const uint64_t sample = plan->sample;
+  const size_t keys = plan->keys.size();
+  planned_keys_ += keys;
+  plans_.push_back({sample, keys, std::move(plan), ++plan_uses_});
   while (planned_keys_ > kPlanBudgetKeys) {
     auto oldest = std::min_element(
         plans_.begin(), plans_.end(),
         [](const KeptPlan& a, const KeptPlan& b) { return a.used < b.used; });
-    planned_keys_ -= oldest->plan->keys.size();
+    planned_keys_ -= oldest->keys;
     dropped.push_back(std::move(oldest->plan));
     *oldest = std::move(plans_.back());
     plans_.pop_back();

@@ -292,8 +292,12 @@ class SparseTable {
     std::vector<float> grads;
     float step_scale;
   };
-  // The plans kept, each with when it was last used (plan_uses_).
+  // The plans kept, each with when it was last used (plan_uses_), and
+  // what it is looked up by beside it: a lookup reads the list in order,
+  // not each plan (a table may keep a thousand).
   struct KeptPlan {
+    uint64_t sample = 0;  // the plan's
+    size_t keys = 0;      // its number of keys
     std::shared_ptr<const KeyPlan> plan;
     uint64_t used = 0;
   };
