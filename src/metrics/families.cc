@@ -146,6 +146,17 @@ void AddServerFamilies(const rpc::ServerStatus& server, MetricFamilies& out) {
             "Rows held (sparse) or floats of the slice held (dense)",
             static_cast<double>(t.rows()),
             {{"server", rank}, {"table", t.schema().name()}});
+    if (t.schema().kind() != rpc::TABLE_KIND_SPARSE) continue;
+    for (const auto& [event, n] :
+         {std::pair<const char*, uint64_t>{"kept", t.plans_kept()},
+          {"found", t.plans_found()}}) {
+      b.Counter(
+          "hetps_table_key_plans_total",
+          "Sparse requests that kept their keys' plan for the next "
+          "request of the same keys, or found one",
+          static_cast<double>(n),
+          {{"server", rank}, {"table", t.schema().name()}, {"event", event}});
+    }
   }
   b.Histogram("hetps_server_pull_latency_seconds",
               "Pull handling time, arrival to reply (includes waits for a "

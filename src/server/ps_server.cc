@@ -693,6 +693,9 @@ rpc::TableInfoResponse PsServer::Info() const {
       info->set_row_bytes(sizeof(uint64_t) +
                           sizeof(float) *
                               (table->dim() + table->state_width()));
+      const SparseTable::PlanCounts plans = table->plan_counts();
+      info->set_plans_kept(plans.kept);
+      info->set_plans_found(plans.found);
     } else if (DenseTable* table = dense_table(config.name)) {
       info->set_rows(table->length());
       info->set_dense_offset(table->offset());

@@ -74,11 +74,12 @@ class SparseTable {
   // Gradient rows set aside by HoldPushes and not yet applied.
   uint64_t held_rows() const;
 
-  // Requests of 512 to 131,072 keys keep how their keys group by stripe
-  // and where their rows are (a KeyPlan, sparse_table.cc) for a request of
-  // the same keys in the same order, as a training step's pull and push
-  // are: it skips the grouping and the index. `kept`: plans made;
-  // `found`: requests that found one.
+  // Requests of 512 to 131,072 keys (not split over two threads) may keep
+  // how their keys group by stripe and where their rows are (a KeyPlan,
+  // sparse_table.cc) for a request of the same keys in the same order, as
+  // a training step's pull and push are, which then skips the grouping and
+  // the index; a table keeps plans while they are found. `kept`: plans
+  // made; `found`: requests that found one.
   struct PlanCounts {
     uint64_t kept = 0;
     uint64_t found = 0;
@@ -307,6 +308,7 @@ class SparseTable {
   uint64_t plan_uses_ ABSL_GUARDED_BY(plans_mu_) = 0;
   uint32_t plan_credit_ ABSL_GUARDED_BY(plans_mu_) = 0;
   PlanCounts plan_counts_ ABSL_GUARDED_BY(plans_mu_);
+  // xorshift64 state: PlanWanted's one-in-16 draws.
   uint64_t plan_draw_ ABSL_GUARDED_BY(plans_mu_) = 0x9e3779b97f4a7c15;
 
   mutable absl::Mutex hold_mu_;

@@ -42,6 +42,8 @@ rpc::StatusResponse TwoWorkersOneServer() {
   rpc::TableInfo* t = s->add_tables();
   t->mutable_schema()->set_name("emb");
   t->set_rows(1411);
+  t->set_plans_kept(30);
+  t->set_plans_found(25);
   rpc::LatencyHistogram* h = s->mutable_pull_latency();
   h->add_upper_s(0.001);
   h->add_upper_s(0.01);
@@ -115,6 +117,10 @@ TEST(MetricsTest, ServerSeriesHaveServerAndTableLabelsAndAHistogram) {
                               "trigger=\"window\"} 9\n"));
   EXPECT_THAT(text,
               HasSubstr("hetps_table_rows{server=\"1\",table=\"emb\"} 1411\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_table_key_plans_total{server=\"1\","
+                              "table=\"emb\",event=\"kept\"} 30\n"));
+  EXPECT_THAT(text, HasSubstr("hetps_table_key_plans_total{server=\"1\","
+                              "table=\"emb\",event=\"found\"} 25\n"));
   // Buckets are cumulative, the last one +Inf holds them all.
   EXPECT_THAT(text, HasSubstr("hetps_server_pull_latency_seconds_bucket{"
                               "server=\"1\",le=\"0.001\"} 3\n"));

@@ -218,6 +218,39 @@ TEST_F(PsServerTest, BytesThatAreNoRequestAreRefused) {
   }
 }
 
+// A table's plans (SparseTable::plan_counts) are in GetTableInfo: pushes
+// of the same 600 keys soon find the plan one of them kept, and every row
+// takes every push.
+TEST_F(PsServerTest, TableInfoCountsThePlansKeptAndFound) {
+  std::vector<uint64_t> keys(600);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919 + 11;
+  auto plans = [&] {
+    grpc::ClientContext ctx;
+    rpc::TableInfoRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_table("emb");
+    rpc::TableInfoResponse resp;
+    EXPECT_TRUE(ps_->GetTableInfo(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.tables_size(), 1);
+    return resp.tables_size() == 1 ? resp.tables(0) : rpc::TableInfo();
+  };
+  EXPECT_EQ(plans().plans_found(), 0u);
+  int pushes = 0;
+  while (pushes < 200 && plans().plans_found() == 0) {
+    ASSERT_TRUE(Push(GoodPush(keys, 1.0f)).ok());
+    ++pushes;
+  }
+  const rpc::TableInfo first = plans();
+  ASSERT_EQ(first.plans_found(), 1u);
+  EXPECT_GE(first.plans_kept(), 1u);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Push(GoodPush(keys, 1.0f)).ok());
+  pushes += 5;
+  EXPECT_EQ(plans().plans_found(), 6u);
+  for (uint64_t key : keys) {
+    EXPECT_EQ(Row(key), std::vector<float>(4, -0.5f * pushes)) << key;
+  }
+}
+
 TEST_F(PsServerTest, WrongDimensionIsInvalidArgument) {
   ApplyOneGoodPush();
   rpc::PushRequest req = GoodPush({2}, 1.0f);
