@@ -274,9 +274,10 @@ void ReleaseIfLarge(StripeGroups& g) {
 }
 
 // Requests of kPlanMinKeys to kPlanMaxKeys keys may keep their KeyPlan
-// (below, grouping and finding the rows cost little more than comparing
-// the keys); a table's plans hold at most kPlanBudgetKeys keys in all, at
-// 16 bytes a key (8 MiB), the least recently used dropped first.
+// (a smaller one groups and finds its rows in a few microseconds, about
+// what a plan's lock and allocations cost); a table's plans hold at most
+// kPlanBudgetKeys keys in all, at 16 bytes a key (8 MiB), the least
+// recently used dropped first.
 constexpr size_t kPlanMinKeys = 512;
 constexpr uint64_t kPlanBudgetKeys = uint64_t{1} << 19;
 constexpr size_t kPlanMaxKeys = kPlanBudgetKeys / 4;
