@@ -309,7 +309,6 @@ uint64_t SampleOf(std::span<const uint64_t> keys) {
 // same order: the push finds them grouped and located. Made whole, then
 // only read (shared by the requests that find it).
 struct SparseTable::KeyPlan {
-  uint64_t sample = 0;          // SampleOf(keys)
   std::vector<uint64_t> keys;   // the request's, in its order
   std::vector<uint32_t> begin;  // stripe s: positions [begin[s], begin[s+1])
   std::vector<uint32_t> order;  // position -> index in `keys`
@@ -355,11 +354,11 @@ bool SparseTable::PlanWanted() {
 }
 
 void SparseTable::KeepPlan(std::shared_ptr<const KeyPlan> plan) {
+  const uint64_t sample = SampleOf(plan->keys);
+  const size_t keys = plan->keys.size();
   std::vector<std::shared_ptr<const KeyPlan>> dropped;  // freed unlocked
   absl::MutexLock lock(&plans_mu_);
   ++plan_counts_.kept;
-  const uint64_t sample = plan->sample;
-  const size_t keys = plan->keys.size();
   planned_keys_ += keys;
   plans_.push_back({sample, keys, std::move(plan), ++plan_uses_});
   while (planned_keys_ > kPlanBudgetKeys) {
@@ -420,7 +419,6 @@ void SparseTable::ForEachLocatedGroup(std::span<const uint64_t> keys,
   if (plannable && PlanWanted()) {
     const size_t total = keys.size();
     auto plan = std::make_shared<KeyPlan>();
-    plan->sample = SampleOf(keys);
     plan->keys.assign(keys.begin(), keys.end());
     plan->begin = g.begin;
     plan->order.assign(g.order.begin(), g.order.begin() + total);
