@@ -285,11 +285,14 @@ constexpr size_t kPlanMaxKeys = kPlanBudgetKeys / 4;
 // every plan kept and none found: 10k-key pull 76 -> 101 us), and pays only
 // when a later request finds it (the same pull 80 -> 34 us). So each plan
 // kept spends a credit and each one found earns two back, up to
-// kPlanMaxCredit; without credit, as a table starts, one request in
-// kPlanProbeEvery, drawn at random, keeps its plan, so that keys asked for
-// again are noticed. (Not every 16th request: pulls and pushes come in
-// turn, every 16th would be a pull, and the next step's push never finds a
-// pull's plan.)
+// kPlanMaxCredit. Without credit, as a table starts, a request keeps its
+// plan when one of the last 16 that kept none had its keys (a request
+// asked for twice is likely asked for again), and otherwise one request in
+// kPlanProbeEvery, drawn at random, keeps its own, so that a request whose
+// keys come once more, as a training step's push after its pull, is
+// noticed. (Not every 16th request: pulls and pushes come in turn, every
+// 16th would be a pull, and the next step's push never finds a pull's
+// plan.)
 constexpr uint32_t kPlanMaxCredit = 16;
 constexpr uint32_t kPlanProbeEvery = 16;
 
@@ -317,8 +320,7 @@ struct SparseTable::KeyPlan {
 };
 
 std::shared_ptr<const SparseTable::KeyPlan> SparseTable::FindPlan(
-    std::span<const uint64_t> keys) {
-  const uint64_t sample = SampleOf(keys);
+    std::span<const uint64_t> keys, uint64_t sample) {
   std::shared_ptr<const KeyPlan> found;
   {
     absl::MutexLock lock(&plans_mu_);
@@ -340,12 +342,18 @@ std::shared_ptr<const SparseTable::KeyPlan> SparseTable::FindPlan(
   return found;
 }
 
-bool SparseTable::PlanWanted() {
+bool SparseTable::PlanWanted(uint64_t sample) {
   absl::MutexLock lock(&plans_mu_);
   if (plan_credit_ > 0) {
     --plan_credit_;
     return true;
   }
+  if (std::find(unplanned_.begin(), unplanned_.end(), sample) !=
+      unplanned_.end()) {
+    return true;
+  }
+  unplanned_[next_unplanned_] = sample;
+  next_unplanned_ = (next_unplanned_ + 1) % unplanned_.size();
   // xorshift64
   plan_draw_ ^= plan_draw_ << 13;
   plan_draw_ ^= plan_draw_ >> 7;
@@ -353,8 +361,8 @@ bool SparseTable::PlanWanted() {
   return plan_draw_ % kPlanProbeEvery == 0;
 }
 
-void SparseTable::KeepPlan(std::shared_ptr<const KeyPlan> plan) {
-  const uint64_t sample = SampleOf(plan->keys);
+void SparseTable::KeepPlan(std::shared_ptr<const KeyPlan> plan,
+                           uint64_t sample) {
   const size_t keys = plan->keys.size();
   std::vector<std::shared_ptr<const KeyPlan>> dropped;  // freed unlocked
   absl::MutexLock lock(&plans_mu_);
@@ -379,8 +387,9 @@ void SparseTable::ForEachLocatedGroup(std::span<const uint64_t> keys,
   const bool plannable =
       !in_two && keys.size() >= kPlanMinKeys && keys.size() <= kPlanMaxKeys;
   StripeGroups& g = ThreadGroups();
+  const uint64_t sample = plannable ? SampleOf(keys) : 0;
   if (plannable) {
-    if (const std::shared_ptr<const KeyPlan> plan = FindPlan(keys)) {
+    if (const std::shared_ptr<const KeyPlan> plan = FindPlan(keys, sample)) {
       if (g.slots.size() < keys.size()) {
         g.keys.resize(keys.size());
         g.slots.resize(keys.size());
@@ -416,7 +425,7 @@ void SparseTable::ForEachLocatedGroup(std::span<const uint64_t> keys,
                        g.moves[s] = stripe.moves;
                        fn(stripe, g.order.data() + first, slots, count);
                      });
-  if (plannable && PlanWanted()) {
+  if (plannable && PlanWanted(sample)) {
     const size_t total = keys.size();
     auto plan = std::make_shared<KeyPlan>();
     plan->keys.assign(keys.begin(), keys.end());
@@ -424,7 +433,7 @@ void SparseTable::ForEachLocatedGroup(std::span<const uint64_t> keys,
     plan->order.assign(g.order.begin(), g.order.begin() + total);
     plan->slots.assign(g.slots.begin(), g.slots.begin() + total);
     plan->moves = g.moves;
-    KeepPlan(std::move(plan));
+    KeepPlan(std::move(plan), sample);
   }
   ReleaseIfLarge(g);
 }

@@ -78,7 +78,8 @@ class SparseTable {
   // how their keys group by stripe and where their rows are (a KeyPlan,
   // sparse_table.cc) for a request of the same keys in the same order, as
   // a training step's pull and push are, which then skips the grouping and
-  // the index; a table keeps plans while they are found. `kept`: plans
+  // the index; a table keeps plans while they are found, and that of a
+  // request asked for a second time. `kept`: plans
   // made; `found`: requests that found one.
   struct PlanCounts {
     uint64_t kept = 0;
@@ -258,13 +259,14 @@ class SparseTable {
   // reuses its plan; `in_two`: grouped by two threads (ForEachStripeGroup).
   template <typename Fn>
   void ForEachLocatedGroup(std::span<const uint64_t> keys, bool in_two, Fn fn);
-  // The plan kept for `keys` (null: none).
-  std::shared_ptr<const KeyPlan> FindPlan(std::span<const uint64_t> keys);
-  // Whether to keep the plan of a request found in none (sparse_table.cc:
-  // kPlanMaxCredit).
-  bool PlanWanted();
+  // The plan kept for `keys` (null: none); `sample`: SampleOf(keys).
+  std::shared_ptr<const KeyPlan> FindPlan(std::span<const uint64_t> keys,
+                                          uint64_t sample);
+  // Whether to keep the plan of a request found in none, by its sample
+  // (sparse_table.cc: kPlanMaxCredit).
+  bool PlanWanted(uint64_t sample);
   // Keeps `plan`, dropping the least recently used plans past the budget.
-  void KeepPlan(std::shared_ptr<const KeyPlan> plan);
+  void KeepPlan(std::shared_ptr<const KeyPlan> plan, uint64_t sample);
   // Push without HoldPushes' check: the steps themselves.
   void ApplyPush(std::span<const uint64_t> keys, std::span<const float> grads,
                  float step_scale);
@@ -310,6 +312,10 @@ class SparseTable {
   PlanCounts plan_counts_ ABSL_GUARDED_BY(plans_mu_);
   // xorshift64 state: PlanWanted's one-in-16 draws.
   uint64_t plan_draw_ ABSL_GUARDED_BY(plans_mu_) = 0x9e3779b97f4a7c15;
+  // The samples of the last requests that neither found nor kept a plan,
+  // oldest overwritten first: one seen again keeps its plan.
+  std::array<uint64_t, 16> unplanned_ ABSL_GUARDED_BY(plans_mu_) = {};
+  uint32_t next_unplanned_ ABSL_GUARDED_BY(plans_mu_) = 0;
 
   mutable absl::Mutex hold_mu_;
   std::function<bool(uint64_t)> held_ ABSL_GUARDED_BY(hold_mu_);
