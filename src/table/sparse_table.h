@@ -79,8 +79,8 @@ class SparseTable {
   // sparse_table.cc) for a request of the same keys in the same order, as
   // a training step's pull and push are, which then skips the grouping and
   // the index; a table keeps plans while they are found, and that of a
-  // request asked for a second time. `kept`: plans
-  // made; `found`: requests that found one.
+  // request asked for a second time. `kept`: plans made; `found`: requests
+  // that found one.
   struct PlanCounts {
     uint64_t kept = 0;
     uint64_t found = 0;
