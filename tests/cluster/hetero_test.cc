@@ -8,11 +8,13 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <regex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/median.h"
 #include "coord/coordinator_client.h"
 #include "model/criteo_gen.h"
 #include "nlohmann/json.hpp"
@@ -469,15 +471,38 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
     over = true;
   });
   // Ask while it trains, once every worker has pushed and the job has run
-  // 3 s (its rates settled).
-  const nlohmann::json j =
+  // 3 s (its rates settled); then up to four more times, each once the job
+  // has run another half second. A worker's rate is a decaying average
+  // over ~2 s (WorkerSession's kThroughputTau), and a stall on a loaded
+  // machine dips it for a moment (two TSan runs of this job at once: the
+  // slow workers' fell to 0.35x of their profile for one look, and the
+  // ratio read 6.1): rates are judged by their median over the looks.
+  std::vector<nlohmann::json> looks = {
       StatusWhen(endpoints[0], over, [](const nlohmann::json& j) {
         if (j.value("elapsed_s", 0.0) < 3) return false;
         for (const auto& w : j["workers"]) {
           if (w.value("clock", uint64_t{0}) == 0) return false;
         }
         return true;
-      });
+      })};
+  while (looks.size() < 5 && !looks.back().empty()) {
+    const double last = looks.back().value("elapsed_s", 0.0);
+    nlohmann::json later =
+        StatusWhen(endpoints[0], over, [&](const nlohmann::json& j) {
+          return j.value("elapsed_s", 0.0) >= last + 0.5 &&
+                 j.value("workers", nlohmann::json::array()).size() == 4;
+        });
+    if (later.empty()) break;
+    looks.push_back(std::move(later));
+  }
+  const nlohmann::json& j = looks.front();
+  std::map<int, std::vector<double>> rates;  // rank -> its rate at each look
+  for (const nlohmann::json& look : looks) {
+    for (const auto& w : look["workers"]) {
+      rates[w["rank"].get<int>()].push_back(
+          w["compute_samples_per_s"].get<double>());
+    }
+  }
   const testing::CommandResult text = RunCommand(
       {testing::HetpsBinary(), "status", "--coordinator", endpoints[0]},
       std::chrono::seconds(20));
@@ -502,14 +527,15 @@ TEST(HeteroClusterTest, StatusShowsWindowPlansClocksQueuesAndTables) {
     // push, so a loaded machine (CI, a ctest -j2 neighbour) lowers every
     // worker's rate alike -- CI measured 0.55x of the profile on all four.
     const double speed = rank < 2 ? 4000 : 1000;
-    const double rate = w["compute_samples_per_s"].get<double>();
+    const double rate = Median(rates[rank]);
     EXPECT_LE(rate, 1.05 * speed) << rank;
     EXPECT_GE(rate, 0.3 * speed) << rank;
     (rank < 2 ? fast_rate : slow_rate) += rate / 2;
   }
   // What the planner needs of it: the workers' 4:1.
   EXPECT_NEAR(fast_rate / slow_rate, 4.0, 0.8)
-      << "fast " << fast_rate << ", slow " << slow_rate;
+      << "fast " << fast_rate << ", slow " << slow_rate << " (medians of "
+      << looks.size() << " looks)";
   ASSERT_EQ(j["servers"].size(), 2u);
   std::vector<double> service;
   double service_share = 0;
