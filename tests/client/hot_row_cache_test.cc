@@ -10,6 +10,7 @@
 #include "client/ps_client_factory.h"
 #include "common/channel.h"
 #include "node/server_node.h"
+#include "support/test_support.h"
 
 namespace hetps {
 namespace {
@@ -181,6 +182,16 @@ class HotRowClientTest : public ::testing::Test {
             .ok());
   }
 
+  // Waits until the server has applied `rounds` pushes: another worker's
+  // async push is answered before its apply (PsServer::Push's
+  // `answer_early`), and this worker's pulls do not wait for it.
+  void AwaitApplied(uint64_t rounds) {
+    ASSERT_TRUE(testing::WaitFor([&] {
+      return node_->ps().applied_rounds() >= rounds;
+    })) << node_->ps().applied_rounds()
+        << " applied";
+  }
+
   // The servers' record: two pushes from kept rows, one 1 apply and one 2
   // applies behind, none over the bound.
   static void ExpectOneLagOfOneAndOneOfTwo(const AggregatorStats& record) {
@@ -254,6 +265,7 @@ TEST_F(HotRowClientTest, ACopyFoundOverTheBoundByThePullIsPulledAgain) {
   std::vector<float> rows(2);
   ASSERT_TRUE(a->PullSparse("emb", keys, rows).ok());
   for (int i = 0; i < 3; ++i) Push(*b, 7, 1.0f);
+  AwaitApplied(3);
   ASSERT_TRUE(a->PullSparse("emb", keys, rows).ok());
   EXPECT_EQ(rows[0], -3.0f);
   EXPECT_EQ(a->pull_stats().refetched_rows, 2u);
@@ -273,6 +285,7 @@ TEST_F(HotRowClientTest, KeptRowsReadAheadCountForThePushTheyServe) {
   Push(*a, 7, 1.0f);             // a's clock 0: apply 1, the server -1
   EXPECT_EQ(Pull(*a, 7), 0.0f) << "the step of clock 1 reads the copy";
   Push(*b, 9, 1.0f);  // apply 2
+  AwaitApplied(2);
   const uint64_t key = 7;
   float value = -100;
   ASSERT_TRUE(a->PullSparse("emb", {&key, 1}, {&value, 1}, KeySet::kUnique,
