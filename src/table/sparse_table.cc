@@ -286,13 +286,13 @@ constexpr size_t kPlanMaxKeys = kPlanBudgetKeys / 4;
 // when a later request finds it (the same pull 80 -> 34 us). So each plan
 // kept spends a credit and each one found earns two back, up to
 // kPlanMaxCredit. Without credit, as a table starts, a request keeps its
-// plan when one of the last 16 that kept none had its keys (a request
-// asked for twice is likely asked for again), and otherwise one request in
-// kPlanProbeEvery, drawn at random, keeps its own, so that a request whose
-// keys come once more, as a training step's push after its pull, is
-// noticed. (Not every 16th request: pulls and pushes come in turn, every
-// 16th would be a pull, and the next step's push never finds a pull's
-// plan.)
+// plan when one of the last 16 that found none without credit had its keys
+// (a request asked for twice is likely asked for again), and otherwise one
+// request in kPlanProbeEvery, drawn at random, keeps its own, so that a
+// request whose keys come once more, as a training step's push after its
+// pull, is noticed. (Not every 16th request: pulls and pushes come in
+// turn, every 16th would be a pull, and the next step's push never finds a
+// pull's plan.)
 constexpr uint32_t kPlanMaxCredit = 16;
 constexpr uint32_t kPlanProbeEvery = 16;
 

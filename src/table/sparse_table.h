@@ -312,8 +312,8 @@ class SparseTable {
   PlanCounts plan_counts_ ABSL_GUARDED_BY(plans_mu_);
   // xorshift64 state: PlanWanted's one-in-16 draws.
   uint64_t plan_draw_ ABSL_GUARDED_BY(plans_mu_) = 0x9e3779b97f4a7c15;
-  // The samples of the last requests that neither found nor kept a plan,
-  // oldest overwritten first: one seen again keeps its plan.
+  // The samples of the last requests that found no plan while the table
+  // had no credit, oldest overwritten first: one seen again keeps its plan.
   std::array<uint64_t, 16> unplanned_ ABSL_GUARDED_BY(plans_mu_) = {};
   uint32_t next_unplanned_ ABSL_GUARDED_BY(plans_mu_) = 0;
 
